@@ -1,0 +1,350 @@
+//! Explicit fact writes, supersession, retraction and forgetting, through the gates.
+
+use crate::{Cairn, RequestContext, audit_event, decision, now, validate};
+use cairn_core::text::fingerprint;
+use cairn_core::{
+    Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Error, Fact, FactStatus, FactType, Page,
+    PageRequest, Result, Scope, StatusFilter, Tombstone, TombstoneReason, new_id,
+};
+use chrono::{DateTime, Utc};
+
+/// How a superseding write treats the old value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Contradiction {
+    /// The old value was true and stopped being true: it is superseded, kept as history.
+    #[default]
+    Natural,
+    /// The old value was never true: it is retracted and tombstoned.
+    Harsh,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct FactInput {
+    pub text: String,
+    pub fact_type: Option<FactType>,
+    pub confidence: Option<f32>,
+    pub supersedes: Option<String>,
+    pub contradiction: Contradiction,
+    pub valid_from: Option<DateTime<Utc>>,
+    pub valid_to: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The user restated a retracted or forgotten value first-hand: lift its tombstone.
+    pub reassert: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct FactWriteOutcome {
+    pub fact: Fact,
+    pub decision: Decision,
+    /// False when the write matched an existing active fact (a duplicate).
+    pub created: bool,
+}
+
+impl Cairn {
+    /// Writes one fact through the gates: tombstones, exact duplicates, and
+    /// owner-checked supersession, all committed with their decision and audit event.
+    pub async fn write_fact(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        input: FactInput,
+    ) -> Result<FactWriteOutcome> {
+        let text = validate::text("text", &input.text, self.settings.max_text_chars)?;
+        let confidence = validate::confidence(input.confidence)?;
+        validate::interval(input.valid_from, input.valid_to)?;
+        let created_at = now();
+        if input.expires_at.is_some_and(|at| at <= created_at) {
+            return Err(Error::invalid("expires_at", "must be in the future"));
+        }
+        let value_fingerprint = fingerprint(&text);
+        let fact = Fact {
+            id: new_id("fact"),
+            fact_type: input.fact_type.unwrap_or(FactType::World),
+            text,
+            confidence,
+            status: FactStatus::Active,
+            source_episode_ids: Vec::new(),
+            source_span: None,
+            created_at,
+            superseded_at: None,
+            superseded_by: None,
+            retracted_at: None,
+            retraction_reason: None,
+            valid_from: input.valid_from,
+            valid_to: input.valid_to,
+            expires_at: input.expires_at,
+            last_used_at: None,
+            use_count: 0,
+            embedding: None,
+        };
+
+        let mut changes = Vec::new();
+        let mut decisions = Vec::new();
+
+        // Gate: tombstones. A retracted or forgotten value comes back only when the
+        // user restates it first-hand.
+        if let Some(tombstone) = self.store.find_tombstone(scope, &value_fingerprint).await? {
+            if !input.reassert {
+                let blocked = decision(
+                    DecisionKind::BlockedByTombstone,
+                    format!(
+                        "the value matches tombstone {} ({})",
+                        tombstone.id,
+                        tombstone.reason.as_str()
+                    ),
+                    None,
+                    vec![tombstone.id.clone()],
+                );
+                let event = audit_event(
+                    scope,
+                    context,
+                    "fact.write_refused",
+                    vec![tombstone.id.clone()],
+                    serde_json::json!({ "fingerprint": value_fingerprint }),
+                );
+                self.store
+                    .commit(scope, ChangeSet::new(event).with_decision(blocked))
+                    .await?;
+                return Err(Error::Tombstoned {
+                    tombstone_id: tombstone.id,
+                });
+            }
+            changes.push(Change::LiftTombstone {
+                tombstone_id: tombstone.id.clone(),
+                at: created_at,
+            });
+            decisions.push(decision(
+                DecisionKind::TombstoneLifted,
+                "the user restated the value first-hand",
+                Some(fact.id.clone()),
+                vec![tombstone.id],
+            ));
+        }
+
+        // Gate: exact duplicates of an active fact are kept once.
+        if input.supersedes.is_none()
+            && let Some(existing) = self
+                .store
+                .find_active_facts_by_fingerprint(scope, &value_fingerprint)
+                .await?
+                .into_iter()
+                .next()
+        {
+            let duplicate = decision(
+                DecisionKind::Duplicate,
+                "an active fact with the same normalized text exists",
+                Some(existing.id.clone()),
+                vec![existing.id.clone()],
+            );
+            let event = audit_event(
+                scope,
+                context,
+                "fact.write_duplicate",
+                vec![existing.id.clone()],
+                serde_json::Value::Null,
+            );
+            let mut change_set = ChangeSet::new(event).with_decision(duplicate.clone());
+            change_set.changes = changes;
+            change_set.decisions.extend(decisions);
+            self.store.commit(scope, change_set).await?;
+            return Ok(FactWriteOutcome {
+                fact: existing,
+                decision: duplicate,
+                created: false,
+            });
+        }
+
+        // Gate: owner-checked supersession. The store re-checks scope and status inside
+        // the transaction, so of two concurrent supersessions exactly one wins.
+        let (action, main_decision) = match &input.supersedes {
+            None => (
+                "fact.create",
+                decision(
+                    DecisionKind::New,
+                    "explicit write",
+                    Some(fact.id.clone()),
+                    Vec::new(),
+                ),
+            ),
+            Some(old_id) => {
+                let old = self.get_fact(scope, old_id).await?;
+                if old.status != FactStatus::Active {
+                    return Err(Error::not_active(&format!("fact {old_id}")));
+                }
+                match input.contradiction {
+                    Contradiction::Natural => {
+                        changes.push(Change::SupersedeFact {
+                            fact_id: old.id.clone(),
+                            superseded_by: fact.id.clone(),
+                            at: created_at,
+                        });
+                        changes.push(Change::InsertEdge(Edge {
+                            from_fact_id: fact.id.clone(),
+                            to_fact_id: old.id.clone(),
+                            kind: EdgeKind::Updates,
+                            created_at,
+                        }));
+                        (
+                            "fact.supersede",
+                            decision(
+                                DecisionKind::Updates,
+                                "explicit write superseding an active fact",
+                                Some(fact.id.clone()),
+                                vec![old.id.clone()],
+                            ),
+                        )
+                    }
+                    Contradiction::Harsh => {
+                        changes.extend(retraction_changes(
+                            &old,
+                            Some("contradicted by a newer statement"),
+                            created_at,
+                        ));
+                        (
+                            "fact.replace_retracted",
+                            decision(
+                                DecisionKind::Updates,
+                                "explicit write; the old value was never true and is retracted",
+                                Some(fact.id.clone()),
+                                vec![old.id.clone()],
+                            ),
+                        )
+                    }
+                }
+            }
+        };
+        let mut target_ids = vec![fact.id.clone()];
+        target_ids.extend(input.supersedes.iter().cloned());
+        let event = audit_event(scope, context, action, target_ids, serde_json::Value::Null);
+        // The new fact goes in after retiring the old one and lifting any tombstone.
+        changes.push(Change::InsertFact(fact.clone()));
+        let mut change_set = ChangeSet::new(event);
+        change_set.changes = changes;
+        change_set.decisions = decisions;
+        change_set.decisions.push(main_decision.clone());
+        self.store.commit(scope, change_set).await?;
+        Ok(FactWriteOutcome {
+            fact,
+            decision: main_decision,
+            created: true,
+        })
+    }
+
+    /// One fact of the scope, any status.
+    pub async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Fact> {
+        self.store
+            .get_fact(scope, fact_id)
+            .await?
+            .ok_or(Error::NotFound { what: "fact" })
+    }
+
+    pub async fn list_facts(
+        &self,
+        scope: &Scope,
+        status: StatusFilter,
+        as_of: Option<DateTime<Utc>>,
+        page: &PageRequest,
+    ) -> Result<Page<Fact>> {
+        self.store
+            .list_facts(scope, status, as_of.unwrap_or_else(now), page)
+            .await
+    }
+
+    /// "That was never true": the fact is retracted and its value tombstoned.
+    pub async fn retract_fact(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        fact_id: &str,
+        reason: Option<String>,
+    ) -> Result<Fact> {
+        let reason = reason
+            .map(|reason| validate::text("reason", &reason, self.settings.max_text_chars))
+            .transpose()?;
+        let fact = self.get_fact(scope, fact_id).await?;
+        if !matches!(fact.status, FactStatus::Active | FactStatus::Superseded) {
+            return Err(Error::Conflict {
+                code: "not_active",
+                message: format!("fact {fact_id} is already {}", fact.status.as_str()),
+            });
+        }
+        let at = now();
+        let event = audit_event(
+            scope,
+            context,
+            "fact.retract",
+            vec![fact.id.clone()],
+            serde_json::Value::Null,
+        );
+        let mut change_set = ChangeSet::new(event).with_decision(decision(
+            DecisionKind::Retracted,
+            reason
+                .clone()
+                .unwrap_or_else(|| "retracted by request".to_owned()),
+            Some(fact.id.clone()),
+            Vec::new(),
+        ));
+        change_set.changes = retraction_changes(&fact, reason.as_deref(), at);
+        self.store.commit(scope, change_set).await?;
+        self.get_fact(scope, fact_id).await
+    }
+
+    /// Erasure: the fact, its vector and its edges are removed. The audit keeps the id
+    /// and a fingerprint, and a tombstone keeps the value from coming back.
+    pub async fn forget_fact(&self, scope: &Scope, context: &RequestContext, fact_id: &str) -> Result<()> {
+        let fact = self.get_fact(scope, fact_id).await?;
+        let value_fingerprint = fingerprint(&fact.text);
+        let at = now();
+        let event = audit_event(
+            scope,
+            context,
+            "fact.forget",
+            vec![fact.id.clone()],
+            serde_json::json!({ "fingerprint": value_fingerprint }),
+        );
+        let mut change_set = ChangeSet::new(event)
+            .with(Change::EraseFact {
+                fact_id: fact.id.clone(),
+            })
+            .with_decision(decision(
+                DecisionKind::Forgotten,
+                "erased by request",
+                None,
+                vec![fact.id.clone()],
+            ));
+        if self
+            .store
+            .find_tombstone(scope, &value_fingerprint)
+            .await?
+            .is_none()
+        {
+            change_set.changes.push(Change::InsertTombstone(Tombstone {
+                id: new_id("tomb"),
+                fingerprint: value_fingerprint,
+                fact_id: fact.id.clone(),
+                reason: TombstoneReason::Forgotten,
+                created_at: at,
+                lifted_at: None,
+            }));
+        }
+        self.store.commit(scope, change_set).await
+    }
+}
+
+fn retraction_changes(fact: &Fact, reason: Option<&str>, at: DateTime<Utc>) -> Vec<Change> {
+    vec![
+        Change::RetractFact {
+            fact_id: fact.id.clone(),
+            reason: reason.map(str::to_owned),
+            at,
+        },
+        Change::InsertTombstone(Tombstone {
+            id: new_id("tomb"),
+            fingerprint: fingerprint(&fact.text),
+            fact_id: fact.id.clone(),
+            reason: TombstoneReason::Retracted,
+            created_at: at,
+            lifted_at: None,
+        }),
+    ]
+}

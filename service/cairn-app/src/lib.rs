@@ -1,0 +1,141 @@
+//! Cairn's use cases. REST handlers and MCP tools both call these functions; nothing
+//! here knows about HTTP, JSON wire formats or a particular store.
+
+mod episodes;
+mod facts;
+mod playbooks;
+mod profile;
+mod recall;
+mod validate;
+
+pub use episodes::{ConsolidateMode, ConsolidationReport, IngestOutcome, IngestRequest, Message, Role};
+pub use facts::{Contradiction, FactInput, FactWriteOutcome};
+pub use playbooks::{PlaybookInput, PlaybookVersionInput};
+pub use profile::{Profile, ProfileRequest};
+pub use recall::{Explanation, RecallHit, RecallRequest, RecallResult};
+
+use cairn_core::{
+    AuditEvent, Decision, DecisionKind, ErasureReceipt, MemoryStore, Page, PageRequest, Result, Scope, new_id,
+};
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+
+/// Limits and tunables of the use cases, set from the service configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Longest accepted text of a message, fact, trigger or step, in characters.
+    pub max_text_chars: usize,
+    /// Most messages accepted in one ingest call.
+    pub max_messages: usize,
+    /// Candidates taken from each retrieval leg before fusion.
+    pub candidates_per_leg: usize,
+    /// The reciprocal rank fusion constant.
+    pub rrf_k: f64,
+    /// Largest `k` a recall may ask for.
+    pub max_k: usize,
+    /// Whether recall marks returned facts and playbooks as used.
+    pub bump_usage_on_recall: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_text_chars: 8_000,
+            max_messages: 100,
+            candidates_per_leg: 50,
+            rrf_k: 60.0,
+            max_k: 100,
+            bump_usage_on_recall: true,
+        }
+    }
+}
+
+/// Who asked, for the audit trail: the scope carries the subject, this the request.
+#[derive(Clone, Debug)]
+pub struct RequestContext {
+    pub request_id: String,
+}
+
+/// The memory service: every use case, over one store.
+#[derive(Clone)]
+pub struct Cairn {
+    store: Arc<dyn MemoryStore>,
+    settings: Settings,
+}
+
+impl Cairn {
+    pub fn new(store: Arc<dyn MemoryStore>, settings: Settings) -> Self {
+        Cairn { store, settings }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Whether the store answers.
+    pub async fn ready(&self) -> Result<()> {
+        self.store.ping().await
+    }
+
+    pub async fn decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
+        self.store.list_decisions(scope, page).await
+    }
+
+    pub async fn audit_trail(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>> {
+        self.store.list_audit(scope, page).await
+    }
+
+    /// Erases everything of the scope across every tier and returns what was removed.
+    pub async fn erase_user(&self, scope: &Scope, context: &RequestContext) -> Result<ErasureReceipt> {
+        let event = audit_event(scope, context, "user.erase", Vec::new(), serde_json::Value::Null);
+        let receipt = self.store.erase_scope(scope, event).await?;
+        tracing::info!(
+            tenant = %scope.tenant(),
+            facts = receipt.facts,
+            episodes = receipt.episodes,
+            "scope erased"
+        );
+        Ok(receipt)
+    }
+}
+
+pub(crate) fn now() -> DateTime<Utc> {
+    Utc::now()
+}
+
+pub(crate) fn audit_event(
+    scope: &Scope,
+    context: &RequestContext,
+    action: &str,
+    target_ids: Vec<String>,
+    detail: serde_json::Value,
+) -> AuditEvent {
+    AuditEvent {
+        id: new_id("aud"),
+        at: now(),
+        subject: scope.subject().to_owned(),
+        tenant: scope.tenant().as_str().to_owned(),
+        user: scope.user().as_str().to_owned(),
+        action: action.to_owned(),
+        target_ids,
+        request_id: context.request_id.clone(),
+        detail,
+    }
+}
+
+pub(crate) fn decision(
+    kind: DecisionKind,
+    reason: impl Into<String>,
+    fact_id: Option<String>,
+    target_ids: Vec<String>,
+) -> Decision {
+    Decision {
+        id: new_id("dec"),
+        kind,
+        reason: reason.into(),
+        fact_id,
+        target_ids,
+        origin: "api".to_owned(),
+        created_at: now(),
+    }
+}

@@ -1,0 +1,157 @@
+//! Recall: retrieval legs per tier, reciprocal rank fusion, and explanations.
+
+use crate::{Cairn, now, validate};
+use cairn_core::{Error, FactStatus, FactType, Memory, Result, Scope, TextQuery, Tier};
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+
+#[derive(Clone, Debug)]
+pub struct RecallRequest {
+    pub query: String,
+    pub tiers: Vec<Tier>,
+    pub k: Option<usize>,
+    pub as_of: Option<DateTime<Utc>>,
+    pub include_history: bool,
+    pub explain: bool,
+    pub fact_types: Vec<FactType>,
+    pub session_id: Option<String>,
+}
+
+impl RecallRequest {
+    pub fn new(query: impl Into<String>) -> Self {
+        RecallRequest {
+            query: query.into(),
+            tiers: Vec::new(),
+            k: None,
+            as_of: None,
+            include_history: false,
+            explain: false,
+            fact_types: Vec::new(),
+            session_id: None,
+        }
+    }
+}
+
+/// Why a hit ranked where it did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Explanation {
+    /// 1-based rank in the BM25 leg of its tier, and its BM25 score.
+    pub bm25_rank: Option<usize>,
+    pub bm25_score: Option<f64>,
+    /// 1-based rank in the vector leg (not yet configured: always absent).
+    pub knn_rank: Option<usize>,
+    pub knn_similarity: Option<f64>,
+    pub fused_score: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct RecallHit {
+    pub memory: Memory,
+    /// The status of the record at `as_of`.
+    pub status: FactStatus,
+    pub score: f64,
+    pub explanation: Option<Explanation>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RecallResult {
+    pub hits: Vec<RecallHit>,
+    pub as_of: DateTime<Utc>,
+}
+
+impl Cairn {
+    /// Returns the best `k` memories for `query` among what is current at `as_of`.
+    pub async fn recall(&self, scope: &Scope, request: RecallRequest) -> Result<RecallResult> {
+        let query = validate::text("query", &request.query, self.settings.max_text_chars)?;
+        let k = request.k.unwrap_or(10);
+        if k == 0 || k > self.settings.max_k {
+            return Err(Error::invalid(
+                "k",
+                format!("must be between 1 and {}", self.settings.max_k),
+            ));
+        }
+        let session_id = validate::label("session_id", request.session_id.as_deref())?;
+        let as_of = request.as_of.unwrap_or_else(now);
+        let tiers = if request.tiers.is_empty() {
+            Tier::ALL.to_vec()
+        } else {
+            request.tiers.clone()
+        };
+
+        // One BM25 leg per tier; the store applies scope and currency inside each query.
+        let mut fused: HashMap<String, (Memory, Explanation)> = HashMap::new();
+        for tier in tiers {
+            let leg = self
+                .store
+                .search_text(
+                    scope,
+                    &TextQuery {
+                        tier,
+                        text: query.clone(),
+                        as_of,
+                        include_history: request.include_history,
+                        fact_types: request.fact_types.clone(),
+                        session_id: session_id.clone(),
+                        limit: self.settings.candidates_per_leg,
+                    },
+                )
+                .await?;
+            for (index, hit) in leg.into_iter().enumerate() {
+                let rank = index + 1;
+                let entry = fused
+                    .entry(hit.memory.id().to_owned())
+                    .or_insert_with(|| (hit.memory.clone(), Explanation::default()));
+                entry.1.bm25_rank = Some(rank);
+                entry.1.bm25_score = Some(hit.score);
+                entry.1.fused_score += 1.0 / (self.settings.rrf_k + rank as f64);
+            }
+        }
+
+        let mut hits: Vec<RecallHit> = fused
+            .into_values()
+            .map(|(memory, explanation)| RecallHit {
+                status: match &memory {
+                    Memory::Fact(fact) => fact.status_at(as_of).unwrap_or(FactStatus::Active),
+                    Memory::Episode(_) | Memory::Playbook(_) => FactStatus::Active,
+                },
+                score: explanation.fused_score,
+                explanation: Some(explanation),
+                memory,
+            })
+            .collect();
+        hits.sort_by(|left, right| {
+            right
+                .score
+                .total_cmp(&left.score)
+                .then_with(|| {
+                    let left_bm25 = left
+                        .explanation
+                        .as_ref()
+                        .and_then(|e| e.bm25_score)
+                        .unwrap_or(0.0);
+                    let right_bm25 = right
+                        .explanation
+                        .as_ref()
+                        .and_then(|e| e.bm25_score)
+                        .unwrap_or(0.0);
+                    right_bm25.total_cmp(&left_bm25)
+                })
+                .then_with(|| left.memory.id().cmp(right.memory.id()))
+        });
+        hits.truncate(k);
+        if !request.explain {
+            for hit in &mut hits {
+                hit.explanation = None;
+            }
+        }
+        if self.settings.bump_usage_on_recall {
+            let used: Vec<String> = hits
+                .iter()
+                .filter(|hit| matches!(hit.memory, Memory::Fact(_) | Memory::Playbook(_)))
+                .map(|hit| hit.memory.id().to_owned())
+                .collect();
+            self.store.record_usage(scope, &used, now()).await?;
+        }
+        Ok(RecallResult { hits, as_of })
+    }
+}

@@ -1,0 +1,60 @@
+//! The error type shared by the domain, the use cases and every store adapter.
+
+/// Every failure a use case can report. Each variant has a stable machine code
+/// (see [`Error::code`]) that the server maps to exactly one HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Input failed validation; `field` names the offending input.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// The record does not exist in the caller's scope (it may exist elsewhere;
+    /// that is never revealed).
+    #[error("{what} not found")]
+    NotFound { what: &'static str },
+    /// The record exists but is no longer in the state the operation requires.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    /// The value matches a tombstone of this scope: it was retracted or forgotten.
+    #[error("this value was retracted or forgotten in this scope; resend with reassert to restate it")]
+    Tombstoned { tombstone_id: String },
+    /// The credential lacks a permission the operation needs.
+    #[error("{message}")]
+    Forbidden { code: &'static str, message: String },
+    /// The storage backend failed; the message is for logs, never for clients.
+    #[error("storage failure: {0}")]
+    Storage(String),
+    /// The storage backend is not reachable right now.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl Error {
+    /// A stable snake_case code, part of the public contract.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Invalid { .. } => "invalid_request",
+            Error::NotFound { .. } => "not_found",
+            Error::Conflict { code, .. } => code,
+            Error::Tombstoned { .. } => "tombstoned",
+            Error::Forbidden { code, .. } => code,
+            Error::Storage(_) => "internal_error",
+            Error::Unavailable(_) => "unavailable",
+        }
+    }
+
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn not_active(what: &str) -> Self {
+        Error::Conflict {
+            code: "not_active",
+            message: format!("{what} is no longer active"),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,18 @@
+//! Cairn's domain: scopes, memory records, decisions, audit events, and the store port.
+//!
+//! Nothing in this crate knows about HTTP, JSON wire formats, JWTs or a particular
+//! storage engine. The one way to obtain a [`Scope`] is through an authenticated
+//! [`Principal`], so every store query is tied to a tenant by construction.
+
+pub mod error;
+pub mod ids;
+pub mod model;
+pub mod scope;
+pub mod store;
+pub mod text;
+
+pub use error::{Error, Result};
+pub use ids::new_id;
+pub use model::*;
+pub use scope::{Permission, Principal, Scope, TenantId, UserId};
+pub use store::*;

@@ -1,0 +1,243 @@
+//! The storage port: what every backend (embedded, search cluster) must provide.
+//!
+//! Every method takes a [`Scope`] first. Mutations are expressed as a [`ChangeSet`]
+//! that a backend applies atomically, checking each change's precondition (the record
+//! is in this scope and in the expected state) and writing the audit events and
+//! decisions in the same transaction. A change set cannot be built without an audit
+//! event, so no mutation goes unaudited.
+
+use crate::error::Result;
+use crate::model::{AuditEvent, Decision, Episode, Fact, FactStatus, FactType, Playbook, Tombstone};
+use crate::scope::Scope;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+/// The three memory tiers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    Episodic,
+    Semantic,
+    Procedural,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 3] = [Tier::Semantic, Tier::Episodic, Tier::Procedural];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Episodic => "episodic",
+            Tier::Semantic => "semantic",
+            Tier::Procedural => "procedural",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Tier::ALL.into_iter().find(|tier| tier.as_str() == value)
+    }
+}
+
+/// One state change, applied with its precondition checked inside the transaction.
+#[derive(Clone, Debug)]
+pub enum Change {
+    InsertEpisodes(Vec<Episode>),
+    InsertFact(Fact),
+    /// Precondition: the fact is in scope (else `NotFound`) and active (else `not_active`).
+    SupersedeFact {
+        fact_id: String,
+        superseded_by: String,
+        at: DateTime<Utc>,
+    },
+    /// Precondition: the fact is in scope and active or superseded.
+    RetractFact {
+        fact_id: String,
+        reason: Option<String>,
+        at: DateTime<Utc>,
+    },
+    /// Erases the fact, its vector, its index entries and its edges.
+    /// Precondition: the fact is in scope.
+    EraseFact {
+        fact_id: String,
+    },
+    InsertEdge(crate::model::Edge),
+    InsertTombstone(Tombstone),
+    /// Precondition: the tombstone is in scope and not lifted.
+    LiftTombstone {
+        tombstone_id: String,
+        at: DateTime<Utc>,
+    },
+    InsertPlaybook(Playbook),
+    /// Precondition: the playbook is in scope and at `expected_version`.
+    AppendPlaybookVersion {
+        expected_version: u32,
+        playbook: Playbook,
+    },
+    /// Precondition: the playbook is in scope.
+    RecordPlaybookOutcome {
+        playbook_id: String,
+        success: bool,
+        at: DateTime<Utc>,
+    },
+}
+
+/// An atomic unit of mutation: changes, the decisions that explain them and at least
+/// one audit event.
+#[derive(Clone, Debug)]
+pub struct ChangeSet {
+    pub changes: Vec<Change>,
+    pub decisions: Vec<Decision>,
+    pub audit: Vec<AuditEvent>,
+}
+
+impl ChangeSet {
+    pub fn new(audit: AuditEvent) -> Self {
+        ChangeSet {
+            changes: Vec::new(),
+            decisions: Vec::new(),
+            audit: vec![audit],
+        }
+    }
+
+    pub fn with(mut self, change: Change) -> Self {
+        self.changes.push(change);
+        self
+    }
+
+    pub fn with_decision(mut self, decision: Decision) -> Self {
+        self.decisions.push(decision);
+        self
+    }
+}
+
+/// A page request: at most `limit` items after the opaque `cursor`.
+#[derive(Clone, Debug, Default)]
+pub struct PageRequest {
+    pub limit: usize,
+    pub cursor: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Pass back to get the next page; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Which facts a listing returns, judged at `as_of`.
+#[derive(Clone, Copy, Debug)]
+pub enum StatusFilter {
+    Only(FactStatus),
+    All,
+}
+
+/// A full-text query against one tier, restricted to what is current at `as_of`.
+#[derive(Clone, Debug)]
+pub struct TextQuery {
+    pub tier: Tier,
+    pub text: String,
+    pub as_of: DateTime<Utc>,
+    /// Also return facts superseded by `as_of`.
+    pub include_history: bool,
+    pub fact_types: Vec<FactType>,
+    pub session_id: Option<String>,
+    pub limit: usize,
+}
+
+/// A record of any tier.
+#[derive(Clone, Debug)]
+pub enum Memory {
+    Episode(Episode),
+    Fact(Fact),
+    Playbook(Playbook),
+}
+
+impl Memory {
+    pub fn id(&self) -> &str {
+        match self {
+            Memory::Episode(episode) => &episode.id,
+            Memory::Fact(fact) => &fact.id,
+            Memory::Playbook(playbook) => &playbook.id,
+        }
+    }
+
+    pub fn tier(&self) -> Tier {
+        match self {
+            Memory::Episode(_) => Tier::Episodic,
+            Memory::Fact(_) => Tier::Semantic,
+            Memory::Playbook(_) => Tier::Procedural,
+        }
+    }
+}
+
+/// One full-text match, best first; `score` is BM25 (higher is better).
+#[derive(Clone, Debug)]
+pub struct TextHit {
+    pub memory: Memory,
+    pub score: f64,
+}
+
+/// What erasing a whole scope removed, per kind of record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ErasureReceipt {
+    pub episodes: u64,
+    pub facts: u64,
+    pub playbooks: u64,
+    pub playbook_versions: u64,
+    pub edges: u64,
+    pub tombstones: u64,
+    pub decisions: u64,
+}
+
+/// The storage port. Implementations must keep every read and write inside `scope`.
+#[async_trait]
+pub trait MemoryStore: Send + Sync + 'static {
+    /// Succeeds when the backend answers.
+    async fn ping(&self) -> Result<()>;
+
+    /// Applies every change atomically, or none (returning the first failed precondition).
+    async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()>;
+
+    async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>>;
+
+    /// Facts newest first, filtered by their status at `as_of`.
+    async fn list_facts(
+        &self,
+        scope: &Scope,
+        status: StatusFilter,
+        as_of: DateTime<Utc>,
+        page: &PageRequest,
+    ) -> Result<Page<Fact>>;
+
+    /// Active facts whose normalized text has this fingerprint.
+    async fn find_active_facts_by_fingerprint(&self, scope: &Scope, fingerprint: &str) -> Result<Vec<Fact>>;
+
+    /// The unlifted tombstone with this fingerprint, if any.
+    async fn find_tombstone(&self, scope: &Scope, fingerprint: &str) -> Result<Option<Tombstone>>;
+
+    async fn get_episode(&self, scope: &Scope, episode_id: &str) -> Result<Option<Episode>>;
+
+    /// Episodes newest first.
+    async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>>;
+
+    async fn get_playbook(&self, scope: &Scope, playbook_id: &str) -> Result<Option<Playbook>>;
+
+    /// Every version of a playbook, oldest first.
+    async fn playbook_versions(&self, scope: &Scope, playbook_id: &str) -> Result<Vec<Playbook>>;
+
+    async fn list_playbooks(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Playbook>>;
+
+    /// BM25 full-text search in one tier, scope and currency applied inside the query.
+    async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>>;
+
+    /// Marks facts and playbooks as used at `at` (an atomic increment, no read-modify-write).
+    async fn record_usage(&self, scope: &Scope, ids: &[String], at: DateTime<Utc>) -> Result<()>;
+
+    /// Decisions newest first.
+    async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>>;
+
+    /// Audit events newest first.
+    async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>>;
+
+    /// Removes every record of the scope (the audit trail keeps its id-only events and
+    /// gains `audit`) and counts what was removed.
+    async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt>;
+}

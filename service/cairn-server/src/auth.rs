@@ -1,0 +1,387 @@
+//! Bearer JWT verification (HS256 secret, RS256/ES256 public keys from PEM or JWKS) and
+//! token minting. This module is the only place that turns a credential into a
+//! [`Principal`], and so the only door to a [`cairn_core::Scope`].
+
+use crate::config::Config;
+use cairn_core::{Permission, Principal, TenantId, UserId};
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, errors::ErrorKind};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The claims Cairn reads and writes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Claims {
+    pub sub: String,
+    pub tenant: String,
+    /// Space-separated, OAuth style: `"memory:read memory:write"`.
+    pub scope: String,
+    pub exp: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aud: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iss: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// Why a credential was refused. Every variant is a 401.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("an Authorization: Bearer token is required")]
+    Missing,
+    #[error("the token has expired")]
+    Expired,
+    #[error("the token is invalid: {0}")]
+    Invalid(String),
+}
+
+impl AuthError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "missing_token",
+            AuthError::Expired => "token_expired",
+            AuthError::Invalid(_) => "invalid_token",
+        }
+    }
+}
+
+struct VerificationKey {
+    key: DecodingKey,
+    algorithm: Algorithm,
+    key_id: Option<String>,
+}
+
+/// Verifies bearer tokens against the configured keys.
+pub struct Verifier {
+    keys: Vec<VerificationKey>,
+    audience: Option<String>,
+    issuer: Option<String>,
+    leeway_seconds: u64,
+}
+
+/// A problem with the configured keys, reported at start.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct KeyError {
+    pub key: &'static str,
+    pub message: String,
+}
+
+impl Verifier {
+    /// Builds a verifier from the configuration; `secret` overrides the configured
+    /// HS256 secret (development mode passes its generated one).
+    pub fn from_config(config: &Config, secret: Option<&str>) -> Result<Self, KeyError> {
+        let mut keys = Vec::new();
+        if let Some(secret) = secret.or(config.jwt_secret.as_deref()) {
+            keys.push(VerificationKey {
+                key: DecodingKey::from_secret(secret.as_bytes()),
+                algorithm: Algorithm::HS256,
+                key_id: None,
+            });
+        }
+        if let Some(path) = &config.jwt_public_keys {
+            keys.extend(load_public_keys(path)?);
+        }
+        if keys.is_empty() {
+            return Err(KeyError {
+                key: "CAIRN_JWT_SECRET",
+                message: "no verification key is configured: set CAIRN_JWT_SECRET or CAIRN_JWT_PUBLIC_KEYS (or run in dev mode)".into(),
+            });
+        }
+        Ok(Verifier {
+            keys,
+            audience: config.jwt_audience.clone(),
+            issuer: config.jwt_issuer.clone(),
+            leeway_seconds: config.jwt_leeway_seconds,
+        })
+    }
+
+    /// Verifies a compact JWT and returns the principal it proves.
+    pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|error| AuthError::Invalid(format!("malformed header ({error})")))?;
+        let candidates = self.keys.iter().filter(|candidate| {
+            candidate.algorithm == header.alg
+                && match (&header.kid, &candidate.key_id) {
+                    (Some(wanted), Some(have)) => wanted == have,
+                    _ => true,
+                }
+        });
+        let mut last_error =
+            AuthError::Invalid(format!("no configured key accepts algorithm {:?}", header.alg));
+        for candidate in candidates {
+            let mut validation = Validation::new(candidate.algorithm);
+            validation.leeway = self.leeway_seconds;
+            validation.validate_nbf = true;
+            validation.set_required_spec_claims(&["exp", "sub"]);
+            match &self.audience {
+                Some(audience) => validation.set_audience(&[audience]),
+                None => validation.validate_aud = false,
+            }
+            if let Some(issuer) = &self.issuer {
+                validation.set_issuer(&[issuer]);
+            }
+            match jsonwebtoken::decode::<Claims>(token, &candidate.key, &validation) {
+                Ok(data) => return principal_from_claims(data.claims),
+                Err(error) => {
+                    last_error = match error.kind() {
+                        ErrorKind::ExpiredSignature => return Err(AuthError::Expired),
+                        ErrorKind::InvalidSignature => AuthError::Invalid("bad signature".into()),
+                        ErrorKind::InvalidAudience => {
+                            return Err(AuthError::Invalid("wrong audience".into()));
+                        }
+                        ErrorKind::InvalidIssuer => return Err(AuthError::Invalid("wrong issuer".into())),
+                        ErrorKind::ImmatureSignature => {
+                            return Err(AuthError::Invalid("not valid yet".into()));
+                        }
+                        ErrorKind::MissingRequiredClaim(claim) => {
+                            return Err(AuthError::Invalid(format!("missing claim {claim}")));
+                        }
+                        ErrorKind::Json(_) => return Err(AuthError::Invalid("claims are malformed".into())),
+                        _ => AuthError::Invalid(error.to_string()),
+                    };
+                }
+            }
+        }
+        Err(last_error)
+    }
+}
+
+#[allow(clippy::disallowed_methods)]
+fn principal_from_claims(claims: Claims) -> Result<Principal, AuthError> {
+    if claims.sub.trim().is_empty() {
+        return Err(AuthError::Invalid("empty sub".into()));
+    }
+    let tenant =
+        TenantId::parse(&claims.tenant).map_err(|_| AuthError::Invalid("bad tenant claim".into()))?;
+    let user = claims
+        .user
+        .as_deref()
+        .map(UserId::parse)
+        .transpose()
+        .map_err(|_| AuthError::Invalid("bad user claim".into()))?;
+    let permissions: Vec<Permission> = claims
+        .scope
+        .split_whitespace()
+        .filter_map(Permission::parse)
+        .collect();
+    Ok(Principal::from_verified_credential(
+        claims.sub,
+        tenant,
+        user,
+        permissions,
+    ))
+}
+
+fn load_public_keys(path: &Path) -> Result<Vec<VerificationKey>, KeyError> {
+    let key_error = |message: String| KeyError {
+        key: "CAIRN_JWT_PUBLIC_KEYS",
+        message,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| key_error(format!("cannot read {}: {error}", path.display())))?;
+    if text.trim_start().starts_with('{') {
+        let set: JwkSet = serde_json::from_str(&text)
+            .map_err(|error| key_error(format!("not a JWKS document: {error}")))?;
+        let mut keys = Vec::new();
+        for jwk in &set.keys {
+            let algorithm = match &jwk.algorithm {
+                jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
+                jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_) => Algorithm::ES256,
+                _ => continue,
+            };
+            let key =
+                DecodingKey::from_jwk(jwk).map_err(|error| key_error(format!("unusable JWK: {error}")))?;
+            keys.push(VerificationKey {
+                key,
+                algorithm,
+                key_id: jwk.common.key_id.clone(),
+            });
+        }
+        if keys.is_empty() {
+            return Err(key_error("the JWKS holds no RSA or EC key".into()));
+        }
+        return Ok(keys);
+    }
+    let mut keys = Vec::new();
+    for block in pem_blocks(&text) {
+        if let Ok(key) = DecodingKey::from_rsa_pem(block.as_bytes()) {
+            keys.push(VerificationKey {
+                key,
+                algorithm: Algorithm::RS256,
+                key_id: None,
+            });
+        } else if let Ok(key) = DecodingKey::from_ec_pem(block.as_bytes()) {
+            keys.push(VerificationKey {
+                key,
+                algorithm: Algorithm::ES256,
+                key_id: None,
+            });
+        } else {
+            return Err(key_error(
+                "a PEM block is neither an RSA nor an EC public key".into(),
+            ));
+        }
+    }
+    if keys.is_empty() {
+        return Err(key_error("no PEM public key found".into()));
+    }
+    Ok(keys)
+}
+
+/// Splits a file holding several PEM blocks into one string per block.
+fn pem_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if line.starts_with("-----BEGIN ") {
+            current = Some(String::new());
+        }
+        if let Some(block) = current.as_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+        if line.starts_with("-----END ") {
+            blocks.extend(current.take());
+        }
+    }
+    blocks
+}
+
+/// What `cairn token mint` needs.
+pub struct MintRequest {
+    pub subject: String,
+    pub tenant: String,
+    pub scopes: Vec<String>,
+    pub user: Option<String>,
+    pub ttl_seconds: i64,
+    pub audience: Option<String>,
+    pub issuer: Option<String>,
+}
+
+/// Signs a token with an HS256 secret, or with an RS256/ES256 private key in PEM.
+pub fn mint(
+    request: &MintRequest,
+    secret: Option<&str>,
+    private_key_pem: Option<&[u8]>,
+) -> anyhow::Result<String> {
+    TenantId::parse(&request.tenant)
+        .map_err(|_| anyhow::anyhow!("--tenant: must be 1-128 chars of [A-Za-z0-9._:@-]"))?;
+    if let Some(user) = &request.user {
+        UserId::parse(user)
+            .map_err(|_| anyhow::anyhow!("--user: must be 1-128 chars of [A-Za-z0-9._:@-]"))?;
+    }
+    for scope in &request.scopes {
+        if Permission::parse(scope).is_none() {
+            anyhow::bail!(
+                "--scope: unknown scope {scope:?}; expected memory:read, memory:write or memory:admin"
+            );
+        }
+    }
+    let now = chrono::Utc::now().timestamp();
+    let claims = Claims {
+        sub: request.subject.clone(),
+        tenant: request.tenant.clone(),
+        scope: request.scopes.join(" "),
+        exp: now + request.ttl_seconds,
+        iat: Some(now),
+        nbf: None,
+        aud: request.audience.clone(),
+        iss: request.issuer.clone(),
+        user: request.user.clone(),
+    };
+    let (header, key) = match (private_key_pem, secret) {
+        (Some(pem), _) => {
+            if let Ok(key) = EncodingKey::from_rsa_pem(pem) {
+                (Header::new(Algorithm::RS256), key)
+            } else {
+                let key = EncodingKey::from_ec_pem(pem).map_err(|error| {
+                    anyhow::anyhow!("--private-key: neither an RSA nor an EC private key: {error}")
+                })?;
+                (Header::new(Algorithm::ES256), key)
+            }
+        }
+        (None, Some(secret)) => (
+            Header::new(Algorithm::HS256),
+            EncodingKey::from_secret(secret.as_bytes()),
+        ),
+        (None, None) => anyhow::bail!("no signing key: set CAIRN_JWT_SECRET or pass --private-key"),
+    };
+    Ok(jsonwebtoken::encode(&header, &claims, &key)?)
+}
+
+/// Parses `--ttl` values such as `90s`, `15m`, `1h`, `7d`.
+pub fn parse_ttl(text: &str) -> anyhow::Result<i64> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let number: i64 = number
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--ttl: expected a number with s, m, h or d"))?;
+    let seconds = match unit {
+        "" | "s" => number,
+        "m" => number * 60,
+        "h" => number * 3600,
+        "d" => number * 86_400,
+        _ => anyhow::bail!("--ttl: unknown unit {unit:?}; use s, m, h or d"),
+    };
+    if seconds <= 0 {
+        anyhow::bail!("--ttl: must be positive");
+    }
+    Ok(seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_with_secret(secret: &str) -> Config {
+        Config {
+            jwt_secret: Some(secret.into()),
+            ..Config::default()
+        }
+    }
+
+    fn request(ttl_seconds: i64) -> MintRequest {
+        MintRequest {
+            subject: "svc".into(),
+            tenant: "acme".into(),
+            scopes: vec!["memory:read".into()],
+            user: Some("u1".into()),
+            ttl_seconds,
+            audience: None,
+            issuer: None,
+        }
+    }
+
+    #[test]
+    fn minted_tokens_verify_and_tampering_fails() {
+        let secret = "0123456789abcdef0123456789abcdef";
+        let verifier = Verifier::from_config(&config_with_secret(secret), None).expect("verifier");
+        let token = mint(&request(60), Some(secret), None).expect("mint");
+        let principal = verifier.verify(&token).expect("valid");
+        assert_eq!(principal.tenant().as_str(), "acme");
+        assert_eq!(principal.bound_user().map(UserId::as_str), Some("u1"));
+        assert!(principal.has(Permission::Read));
+        assert!(!principal.has(Permission::Write));
+
+        let other = mint(&request(60), Some("another-secret-another-secret-xx"), None).expect("mint");
+        assert!(matches!(verifier.verify(&other), Err(AuthError::Invalid(_))));
+        let expired = mint(&request(-3600), Some(secret), None).expect("mint");
+        assert!(matches!(verifier.verify(&expired), Err(AuthError::Expired)));
+        assert!(matches!(verifier.verify("not-a-jwt"), Err(AuthError::Invalid(_))));
+    }
+
+    #[test]
+    fn ttl_parsing() {
+        assert_eq!(parse_ttl("90s").expect("s"), 90);
+        assert_eq!(parse_ttl("2h").expect("h"), 7200);
+        assert_eq!(parse_ttl("1d").expect("d"), 86_400);
+        assert!(parse_ttl("soon").is_err());
+        assert!(parse_ttl("3w").is_err());
+    }
+}

@@ -1,0 +1,323 @@
+//! The one typed configuration: defaults, then a TOML file, then `CAIRN_*` environment
+//! variables, validated once at start. Nothing else in the service reads the environment.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Which store the service runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Embedded,
+    Opensearch,
+    Elasticsearch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub listen: String,
+    pub data_dir: PathBuf,
+    pub backend: Backend,
+    pub cluster_url: Option<String>,
+    pub index_prefix: String,
+    pub jwt_secret: Option<String>,
+    pub jwt_public_keys: Option<PathBuf>,
+    pub jwt_audience: Option<String>,
+    pub jwt_issuer: Option<String>,
+    /// Clock skew tolerated on `exp` and `nbf`, in seconds.
+    pub jwt_leeway_seconds: u64,
+    pub models_dir: PathBuf,
+    pub llm_kind: Option<String>,
+    pub llm_base_url: Option<String>,
+    pub llm_model: Option<String>,
+    pub llm_api_key: Option<String>,
+    /// Sustained requests per second allowed to one tenant; 0 disables the limit.
+    pub rate_limit_per_second: u32,
+    /// Requests a tenant may send in a burst above the sustained rate.
+    pub rate_limit_burst: u32,
+    pub max_body_bytes: usize,
+    pub max_text_chars: usize,
+    /// Whether `/metrics` needs an admin token.
+    pub metrics_require_auth: bool,
+    /// OTLP/HTTP collector base URL (traces go to `<url>/v1/traces`); unset disables export.
+    pub otlp_endpoint: Option<String>,
+    pub log_level: String,
+    pub log_format: LogFormat,
+    /// Development mode: without a configured key, generate an HS256 secret into the
+    /// data directory (and say so) instead of refusing to start.
+    pub dev: bool,
+    pub workers: usize,
+    pub bump_usage_on_recall: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:8080".into(),
+            data_dir: PathBuf::from("./data"),
+            backend: Backend::Embedded,
+            cluster_url: None,
+            index_prefix: "cairn".into(),
+            jwt_secret: None,
+            jwt_public_keys: None,
+            jwt_audience: None,
+            jwt_issuer: None,
+            jwt_leeway_seconds: 30,
+            models_dir: PathBuf::from("./.models"),
+            llm_kind: None,
+            llm_base_url: None,
+            llm_model: None,
+            llm_api_key: None,
+            rate_limit_per_second: 50,
+            rate_limit_burst: 100,
+            max_body_bytes: 1024 * 1024,
+            max_text_chars: 8_000,
+            metrics_require_auth: false,
+            otlp_endpoint: None,
+            log_level: "info".into(),
+            log_format: LogFormat::Json,
+            dev: false,
+            workers: 2,
+            bump_usage_on_recall: true,
+        }
+    }
+}
+
+/// How an environment value is parsed before it joins the file's table.
+#[derive(Clone, Copy)]
+enum Kind {
+    Text,
+    Integer,
+    Boolean,
+}
+
+/// Every configuration key; its environment name is `CAIRN_` + the upper-cased key.
+const KEYS: &[(&str, Kind)] = &[
+    ("listen", Kind::Text),
+    ("data_dir", Kind::Text),
+    ("backend", Kind::Text),
+    ("cluster_url", Kind::Text),
+    ("index_prefix", Kind::Text),
+    ("jwt_secret", Kind::Text),
+    ("jwt_public_keys", Kind::Text),
+    ("jwt_audience", Kind::Text),
+    ("jwt_issuer", Kind::Text),
+    ("jwt_leeway_seconds", Kind::Integer),
+    ("models_dir", Kind::Text),
+    ("llm_kind", Kind::Text),
+    ("llm_base_url", Kind::Text),
+    ("llm_model", Kind::Text),
+    ("llm_api_key", Kind::Text),
+    ("rate_limit_per_second", Kind::Integer),
+    ("rate_limit_burst", Kind::Integer),
+    ("max_body_bytes", Kind::Integer),
+    ("max_text_chars", Kind::Integer),
+    ("metrics_require_auth", Kind::Boolean),
+    ("otlp_endpoint", Kind::Text),
+    ("log_level", Kind::Text),
+    ("log_format", Kind::Text),
+    ("dev", Kind::Boolean),
+    ("workers", Kind::Integer),
+    ("bump_usage_on_recall", Kind::Boolean),
+];
+
+/// A configuration problem, naming the key (or environment variable) at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration error: {key}: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+fn config_error(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+impl Config {
+    /// Reads the process environment (and the file it names with `CAIRN_CONFIG`, or
+    /// `file` when given) into a validated configuration.
+    #[allow(clippy::disallowed_methods)]
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let variables: Vec<(String, String)> = std::env::vars().collect();
+        Config::from_sources(file, &variables)
+    }
+
+    /// Layers a file and the given `CAIRN_*` variables over the defaults, then validates.
+    pub fn from_sources(file: Option<&Path>, variables: &[(String, String)]) -> Result<Config, ConfigError> {
+        let lookup = |name: &str| {
+            variables
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        };
+        let file = file
+            .map(Path::to_path_buf)
+            .or_else(|| lookup("CAIRN_CONFIG").map(PathBuf::from));
+        let mut table = match &file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|error| {
+                    config_error("CAIRN_CONFIG", format!("cannot read {}: {error}", path.display()))
+                })?;
+                text.parse::<toml::Table>()
+                    .map_err(|error| config_error(path.display().to_string(), error.to_string()))?
+            }
+            None => toml::Table::new(),
+        };
+        for (key, kind) in KEYS {
+            let name = format!("CAIRN_{}", key.to_uppercase());
+            let Some(raw) = lookup(&name) else { continue };
+            let value = match kind {
+                Kind::Text => toml::Value::String(raw),
+                Kind::Integer => raw
+                    .trim()
+                    .parse::<i64>()
+                    .map(toml::Value::Integer)
+                    .map_err(|_| config_error(&name, format!("expected a whole number, got {raw:?}")))?,
+                Kind::Boolean => match raw.trim().to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" | "on" => toml::Value::Boolean(true),
+                    "0" | "false" | "no" | "off" | "" => toml::Value::Boolean(false),
+                    _ => {
+                        return Err(config_error(
+                            &name,
+                            format!("expected true or false, got {raw:?}"),
+                        ));
+                    }
+                },
+            };
+            table.insert((*key).to_owned(), value);
+        }
+        let config: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|error: toml::de::Error| {
+                config_error(
+                    file.as_ref()
+                        .map(|path| path.display().to_string())
+                        .unwrap_or_else(|| "environment".into()),
+                    error.message().to_owned(),
+                )
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.listen.parse::<SocketAddr>().map_err(|_| {
+            config_error(
+                "CAIRN_LISTEN",
+                format!("{:?} is not an address:port", self.listen),
+            )
+        })?;
+        if let Some(secret) = &self.jwt_secret
+            && secret.len() < 32
+        {
+            return Err(config_error("CAIRN_JWT_SECRET", "must be at least 32 bytes"));
+        }
+        if self.backend != Backend::Embedded && self.cluster_url.is_none() {
+            return Err(config_error(
+                "CAIRN_CLUSTER_URL",
+                "is required when CAIRN_BACKEND is a search cluster",
+            ));
+        }
+        if !self
+            .index_prefix
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+            || self.index_prefix.is_empty()
+        {
+            return Err(config_error(
+                "CAIRN_INDEX_PREFIX",
+                "must be lower-case letters, digits, - and _",
+            ));
+        }
+        if self.max_body_bytes < 1024 {
+            return Err(config_error("CAIRN_MAX_BODY_BYTES", "must be at least 1024"));
+        }
+        if self.max_text_chars == 0 {
+            return Err(config_error("CAIRN_MAX_TEXT_CHARS", "must be positive"));
+        }
+        if self.rate_limit_per_second > 0 && self.rate_limit_burst == 0 {
+            return Err(config_error(
+                "CAIRN_RATE_LIMIT_BURST",
+                "must be positive when a rate limit is set",
+            ));
+        }
+        if self.workers == 0 {
+            return Err(config_error("CAIRN_WORKERS", "must be positive"));
+        }
+        if let Some(endpoint) = &self.otlp_endpoint
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
+            return Err(config_error(
+                "CAIRN_OTLP_ENDPOINT",
+                "must be an http:// or https:// URL",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where development mode keeps its generated HS256 secret.
+    pub fn dev_secret_path(&self) -> PathBuf {
+        self.data_dir.join("dev-jwt-secret")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn variables(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_apply_without_sources() {
+        let config = Config::from_sources(None, &[]).expect("defaults are valid");
+        assert_eq!(config.listen, "127.0.0.1:8080");
+        assert_eq!(config.backend, Backend::Embedded);
+        assert_eq!(config.index_prefix, "cairn");
+        assert_eq!(config.data_dir, PathBuf::from("./data"));
+    }
+
+    #[test]
+    fn environment_overrides_file_and_bad_values_name_the_key() {
+        let directory = std::env::temp_dir().join(format!("cairn-config-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("temp dir");
+        let file = directory.join("cairn.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\nrate_limit_per_second = 5\n").expect("write");
+        let config = Config::from_sources(Some(&file), &variables(&[("CAIRN_LISTEN", "127.0.0.1:9100")]))
+            .expect("valid");
+        assert_eq!(config.listen, "127.0.0.1:9100");
+        assert_eq!(config.rate_limit_per_second, 5);
+
+        let error = Config::from_sources(None, &variables(&[("CAIRN_RATE_LIMIT_BURST", "many")]))
+            .expect_err("not a number");
+        assert_eq!(error.key, "CAIRN_RATE_LIMIT_BURST");
+        let error =
+            Config::from_sources(None, &variables(&[("CAIRN_JWT_SECRET", "short")])).expect_err("short");
+        assert_eq!(error.key, "CAIRN_JWT_SECRET");
+        let error =
+            Config::from_sources(None, &variables(&[("CAIRN_BACKEND", "mongodb")])).expect_err("unknown");
+        assert!(error.message.contains("mongodb"), "{}", error.message);
+        let error =
+            Config::from_sources(None, &variables(&[("CAIRN_BACKEND", "opensearch")])).expect_err("no url");
+        assert_eq!(error.key, "CAIRN_CLUSTER_URL");
+        std::fs::write(&file, "colour = \"blue\"\n").expect("write");
+        let error = Config::from_sources(Some(&file), &[]).expect_err("unknown key");
+        assert!(error.message.contains("colour"), "{}", error.message);
+    }
+}

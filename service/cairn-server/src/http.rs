@@ -1,0 +1,227 @@
+//! The actix-web application: shared state, the authenticated-caller extractor, the
+//! request middleware (request ids, logs, metrics) and body/query/path error handling.
+
+use crate::auth::{AuthError, Verifier};
+use crate::error::{ApiError, REQUEST_ID, json_error};
+use crate::metrics::Metrics;
+use crate::routes;
+use actix_web::body::MessageBody;
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::{Next, from_fn};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
+use cairn_app::{Cairn, RequestContext};
+use cairn_core::{Permission, Principal, Scope, new_id};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use std::future::{Ready, ready};
+use std::num::NonZeroU32;
+use std::time::Instant;
+use tracing::Instrument;
+
+/// Everything a request handler may need, shared by all workers.
+pub struct AppState {
+    pub cairn: Cairn,
+    pub verifier: Verifier,
+    pub limiter: Option<DefaultKeyedRateLimiter<String>>,
+    pub metrics: Metrics,
+    pub max_body_bytes: usize,
+    pub metrics_require_auth: bool,
+}
+
+impl AppState {
+    pub fn new(
+        cairn: Cairn,
+        verifier: Verifier,
+        rate_limit_per_second: u32,
+        rate_limit_burst: u32,
+        max_body_bytes: usize,
+        metrics_require_auth: bool,
+    ) -> anyhow::Result<Self> {
+        let limiter = match (
+            NonZeroU32::new(rate_limit_per_second),
+            NonZeroU32::new(rate_limit_burst),
+        ) {
+            (Some(rate), Some(burst)) => Some(RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))),
+            _ => None,
+        };
+        Ok(AppState {
+            cairn,
+            verifier,
+            limiter,
+            metrics: Metrics::new()?,
+            max_body_bytes,
+            metrics_require_auth,
+        })
+    }
+
+    /// Admits one request of `tenant`, or says how long to wait.
+    fn admit(&self, tenant: &str) -> Result<(), ApiError> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        match limiter.check_key(&tenant.to_owned()) {
+            Ok(()) => Ok(()),
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                tracing::warn!(tenant = %tenant, "rate limited");
+                Err(ApiError::RateLimited {
+                    retry_after_seconds: wait.as_secs_f64().ceil().max(1.0) as u64,
+                })
+            }
+        }
+    }
+}
+
+/// The id of the current request, stored in the request extensions by the middleware.
+#[derive(Clone)]
+pub struct RequestId(pub String);
+
+/// A caller whose bearer token verified and who is within the tenant's rate limit.
+pub struct Authenticated {
+    pub principal: Principal,
+    pub context: RequestContext,
+}
+
+impl Authenticated {
+    /// The scope of `user` for an operation that needs `permission`.
+    pub fn scope(&self, user: &str, permission: Permission) -> Result<Scope, ApiError> {
+        Ok(self.principal.scope_for(user, permission)?)
+    }
+}
+
+fn authenticate(request: &HttpRequest) -> Result<Authenticated, ApiError> {
+    let state = request
+        .app_data::<web::Data<AppState>>()
+        .ok_or_else(|| ApiError::Core(cairn_core::Error::Storage("application state missing".into())))?;
+    let header = request
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .ok_or(AuthError::Missing)?;
+    let token = match header.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => {
+            token.trim()
+        }
+        _ => return Err(AuthError::Missing.into()),
+    };
+    let principal = state.verifier.verify(token)?;
+    tracing::Span::current().record("tenant", principal.tenant().as_str());
+    state.admit(principal.tenant().as_str())?;
+    let request_id = request
+        .extensions()
+        .get::<RequestId>()
+        .map(|id| id.0.clone())
+        .unwrap_or_else(crate::error::current_request_id);
+    Ok(Authenticated {
+        principal,
+        context: RequestContext { request_id },
+    })
+}
+
+impl FromRequest for Authenticated {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(request: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        ready(authenticate(request))
+    }
+}
+
+fn valid_incoming_request_id(value: &HeaderValue) -> Option<String> {
+    let text = value.to_str().ok()?;
+    let valid = (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    valid.then(|| text.to_owned())
+}
+
+const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Gives each request an id (a valid incoming `X-Request-Id` is kept), a tracing span
+/// with request id and tenant, a log line, and its metrics.
+async fn request_middleware(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let request_id = request
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .and_then(valid_incoming_request_id)
+        .unwrap_or_else(|| new_id("req"));
+    request.extensions_mut().insert(RequestId(request_id.clone()));
+    let method = request.method().to_string();
+    let route = request.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+    let span = tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        method = %method,
+        route = %route,
+        tenant = tracing::field::Empty,
+    );
+    let state = request.app_data::<web::Data<AppState>>().cloned();
+    let started = Instant::now();
+    let mut response = REQUEST_ID
+        .scope(request_id.clone(), next.call(request))
+        .instrument(span.clone())
+        .await?;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(REQUEST_ID_HEADER), value);
+    }
+    if let Some(state) = state {
+        state
+            .metrics
+            .observe_request(&route, &method, status, elapsed.as_secs_f64());
+    }
+    span.in_scope(|| {
+        tracing::info!(
+            status,
+            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            "request completed"
+        );
+    });
+    Ok(response)
+}
+
+/// Registers every route, the shared state and the input error handlers.
+pub fn configure(state: web::Data<AppState>) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |config: &mut web::ServiceConfig| {
+        let limit = state.max_body_bytes;
+        config
+            .app_data(state)
+            .app_data(
+                web::JsonConfig::default()
+                    .limit(limit)
+                    .error_handler(move |error, _| json_error(error, limit).into()),
+            )
+            .app_data(web::QueryConfig::default().error_handler(|error, _| {
+                ApiError::Malformed(format!("the query string is not valid: {error}")).into()
+            }))
+            .app_data(web::PathConfig::default().error_handler(|error, _| {
+                ApiError::Malformed(format!("the path is not valid: {error}")).into()
+            }))
+            .configure(routes::register);
+    }
+}
+
+/// The whole application, as served and as tested in process.
+pub fn app(
+    state: web::Data<AppState>,
+) -> actix_web::App<
+    impl actix_web::dev::ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    actix_web::App::new()
+        .configure(configure(state))
+        .wrap(from_fn(request_middleware))
+}

@@ -1,0 +1,102 @@
+//! The Cairn service: the only crate that knows actix-web, JWTs, rate limits,
+//! telemetry set-up and wire formats. It turns configuration into a running server.
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod openapi;
+pub mod routes;
+pub mod telemetry;
+pub mod wire;
+
+use anyhow::Context;
+use cairn_app::{Cairn, Settings};
+use cairn_core::MemoryStore;
+use cairn_store_sqlite::SqliteStore;
+use config::{Backend, Config};
+use std::sync::Arc;
+
+/// Opens the configured store.
+pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn MemoryStore>> {
+    match config.backend {
+        Backend::Embedded => {
+            let store = SqliteStore::open(&config.data_dir).with_context(|| {
+                format!(
+                    "CAIRN_DATA_DIR: cannot open the embedded store in {}",
+                    config.data_dir.display()
+                )
+            })?;
+            Ok(Arc::new(store))
+        }
+        Backend::Opensearch | Backend::Elasticsearch => {
+            anyhow::bail!("CAIRN_BACKEND: the search-cluster backend is not part of this build; use embedded")
+        }
+    }
+}
+
+/// The HS256 secret development mode uses when no key is configured: read from the data
+/// directory, or generated there on first use.
+pub fn dev_secret(config: &Config) -> anyhow::Result<Option<String>> {
+    if !config.dev || config.jwt_secret.is_some() || config.jwt_public_keys.is_some() {
+        return Ok(None);
+    }
+    let path = config.dev_secret_path();
+    if let Ok(secret) = std::fs::read_to_string(&path) {
+        let secret = secret.trim().to_owned();
+        if secret.len() >= 32 {
+            return Ok(Some(secret));
+        }
+    }
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create {}", config.data_dir.display()))?;
+    let bytes: [u8; 32] = rand::random();
+    let secret: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    write_private_file(&path, &secret)?;
+    eprintln!(
+        "cairn: development mode: generated an HS256 secret in {} (do not use in production)",
+        path.display()
+    );
+    Ok(Some(secret))
+}
+
+#[cfg(unix)]
+fn write_private_file(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn write_private_file(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
+    std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Builds the shared application state from a validated configuration.
+pub fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
+    let secret = dev_secret(config)?;
+    let verifier = auth::Verifier::from_config(config, secret.as_deref())?;
+    let store = open_store(config)?;
+    let settings = Settings {
+        max_text_chars: config.max_text_chars,
+        bump_usage_on_recall: config.bump_usage_on_recall,
+        ..Settings::default()
+    };
+    http::AppState::new(
+        Cairn::new(store, settings),
+        verifier,
+        config.rate_limit_per_second,
+        config.rate_limit_burst,
+        config.max_body_bytes,
+        config.metrics_require_auth,
+    )
+}

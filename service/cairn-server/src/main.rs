@@ -1,0 +1,137 @@
+//! The `cairn` command line: serve, mint tokens, bootstrap storage.
+
+use actix_web::{HttpServer, web};
+use anyhow::Context;
+use cairn_server::auth::{MintRequest, mint, parse_ttl};
+use cairn_server::config::Config;
+use cairn_server::{build_state, http, open_store, telemetry};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "cairn", version, about = "Multi-tenant memory service for AI agents")]
+struct Cli {
+    /// A TOML configuration file (environment variables override it).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the service (REST on one port).
+    Serve,
+    /// Create or upgrade the storage of the configured backend (idempotent).
+    Bootstrap,
+    /// Token operations.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Print a signed JWT for the configured key.
+    Mint {
+        #[arg(long)]
+        tenant: String,
+        /// Comma- or space-separated: memory:read,memory:write,memory:admin
+        #[arg(long)]
+        scope: String,
+        /// Bind the token to one user.
+        #[arg(long)]
+        user: Option<String>,
+        /// Lifetime, such as 90s, 15m, 1h, 7d.
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+        #[arg(long, default_value = "cairn-cli")]
+        sub: String,
+        /// Sign with this RS256/ES256 private key (PEM) instead of the HS256 secret.
+        #[arg(long)]
+        private_key: Option<PathBuf>,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("cairn: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let config = Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Serve => serve(config),
+        Command::Bootstrap => {
+            open_store(&config)?;
+            println!("storage is ready ({:?} backend)", config.backend);
+            Ok(())
+        }
+        Command::Token {
+            command:
+                TokenCommand::Mint {
+                    tenant,
+                    scope,
+                    user,
+                    ttl,
+                    sub,
+                    private_key,
+                },
+        } => {
+            let private_key = private_key
+                .map(|path| {
+                    std::fs::read(&path)
+                        .with_context(|| format!("--private-key: cannot read {}", path.display()))
+                })
+                .transpose()?;
+            // Without a configured secret, a development server's generated one is used.
+            let secret = config.jwt_secret.clone().or_else(|| {
+                std::fs::read_to_string(config.dev_secret_path())
+                    .ok()
+                    .map(|secret| secret.trim().to_owned())
+            });
+            let request = MintRequest {
+                subject: sub,
+                tenant,
+                scopes: scope
+                    .split(|c: char| c == ',' || c.is_whitespace())
+                    .filter(|part| !part.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                user,
+                ttl_seconds: parse_ttl(&ttl)?,
+                audience: config.jwt_audience.clone(),
+                issuer: config.jwt_issuer.clone(),
+            };
+            println!("{}", mint(&request, secret.as_deref(), private_key.as_deref())?);
+            Ok(())
+        }
+    }
+}
+
+fn serve(config: Config) -> anyhow::Result<()> {
+    let telemetry = telemetry::init(&config)?;
+    let state = web::Data::new(build_state(&config)?);
+    let listen = config.listen.clone();
+    let workers = config.workers;
+    tracing::info!(listen = %listen, backend = ?config.backend, data_dir = %config.data_dir.display(), "cairn starting");
+    let result = actix_web::rt::System::new().block_on(async move {
+        HttpServer::new(move || http::app(state.clone()))
+            .workers(workers)
+            .bind(&listen)
+            .with_context(|| format!("CAIRN_LISTEN: cannot bind {listen}"))?
+            .run()
+            .await
+            .context("server failed")
+    });
+    tracing::info!("cairn stopped");
+    telemetry.shutdown();
+    result
+}

@@ -1,0 +1,464 @@
+//! Wire formats of the REST API, converted by hand to and from the use-case types.
+
+use cairn_app::{
+    ConsolidateMode, Contradiction, Explanation, FactInput, FactWriteOutcome, IngestOutcome, IngestRequest,
+    Message, PlaybookInput, PlaybookVersionInput, Profile, RecallHit, RecallRequest, RecallResult, Role,
+};
+use cairn_core::{
+    AuditEvent, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, FactType, Memory, Page,
+    PageRequest, Playbook, StatusFilter, Tier,
+};
+use chrono::{DateTime, FixedOffset, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+const DEFAULT_PAGE: usize = 50;
+const MAX_PAGE: usize = 200;
+
+fn utc(time: Option<DateTime<FixedOffset>>) -> Option<DateTime<Utc>> {
+    time.map(|time| time.with_timezone(&Utc))
+}
+
+fn time(time: DateTime<Utc>) -> Value {
+    Value::String(time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+}
+
+fn optional_time(value: Option<DateTime<Utc>>) -> Value {
+    value.map(time).unwrap_or(Value::Null)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageBody {
+    pub role: String,
+    pub content: String,
+    pub timestamp: Option<DateTime<FixedOffset>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestBody {
+    pub messages: Vec<MessageBody>,
+    pub session_id: Option<String>,
+    pub consolidate: Option<String>,
+}
+
+impl IngestBody {
+    pub fn into_request(self) -> Result<IngestRequest, Error> {
+        let consolidate = match self.consolidate.as_deref() {
+            None | Some("async") => ConsolidateMode::Async,
+            Some("sync") => ConsolidateMode::Sync,
+            Some("none") => ConsolidateMode::None,
+            Some(_) => return Err(Error::invalid("consolidate", "must be async, sync or none")),
+        };
+        let messages = self
+            .messages
+            .into_iter()
+            .enumerate()
+            .map(|(index, message)| {
+                let role = match message.role.as_str() {
+                    "user" => Role::User,
+                    "assistant" => Role::Assistant,
+                    _ => {
+                        return Err(Error::invalid(
+                            format!("messages[{index}].role"),
+                            "must be user or assistant",
+                        ));
+                    }
+                };
+                Ok(Message {
+                    role,
+                    content: message.content,
+                    timestamp: utc(message.timestamp),
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(IngestRequest {
+            messages,
+            session_id: self.session_id,
+            consolidate,
+        })
+    }
+}
+
+pub fn ingest_response(outcome: &IngestOutcome) -> Value {
+    json!({
+        "episode_ids": outcome.episode_ids,
+        "consolidation": {
+            "requested": outcome.consolidation.requested.as_str(),
+            "ran": outcome.consolidation.ran,
+            "detail": outcome.consolidation.detail,
+        }
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FactBody {
+    pub text: String,
+    pub fact_type: Option<String>,
+    pub confidence: Option<f32>,
+    pub supersedes: Option<String>,
+    pub contradiction: Option<String>,
+    pub valid_from: Option<DateTime<FixedOffset>>,
+    pub valid_to: Option<DateTime<FixedOffset>>,
+    pub expires_at: Option<DateTime<FixedOffset>>,
+    #[serde(default)]
+    pub reassert: bool,
+}
+
+pub fn parse_contradiction(value: Option<&str>) -> Result<Contradiction, Error> {
+    match value {
+        None | Some("natural") => Ok(Contradiction::Natural),
+        Some("harsh") => Ok(Contradiction::Harsh),
+        Some(_) => Err(Error::invalid("contradiction", "must be natural or harsh")),
+    }
+}
+
+impl FactBody {
+    pub fn into_input(self) -> Result<FactInput, Error> {
+        Ok(FactInput {
+            text: self.text,
+            fact_type: self.fact_type.as_deref().map(FactType::parse).transpose()?,
+            confidence: self.confidence,
+            supersedes: self.supersedes,
+            contradiction: parse_contradiction(self.contradiction.as_deref())?,
+            valid_from: utc(self.valid_from),
+            valid_to: utc(self.valid_to),
+            expires_at: utc(self.expires_at),
+            reassert: self.reassert,
+        })
+    }
+}
+
+pub fn fact(fact: &Fact, as_of: DateTime<Utc>) -> Value {
+    json!({
+        "id": fact.id,
+        "text": fact.text,
+        "fact_type": fact.fact_type.as_str(),
+        "confidence": fact.confidence,
+        "status": fact.status_at(as_of).unwrap_or(fact.status).as_str(),
+        "source_episode_ids": fact.source_episode_ids,
+        "source_span": fact.source_span,
+        "created_at": time(fact.created_at),
+        "superseded_at": optional_time(fact.superseded_at),
+        "superseded_by": fact.superseded_by,
+        "retracted_at": optional_time(fact.retracted_at),
+        "retraction_reason": fact.retraction_reason,
+        "valid_from": optional_time(fact.valid_from),
+        "valid_to": optional_time(fact.valid_to),
+        "expires_at": optional_time(fact.expires_at),
+        "last_used_at": optional_time(fact.last_used_at),
+        "use_count": fact.use_count,
+    })
+}
+
+pub fn decision(decision: &Decision) -> Value {
+    json!({
+        "id": decision.id,
+        "kind": decision.kind.as_str(),
+        "reason": decision.reason,
+        "fact_id": decision.fact_id,
+        "target_ids": decision.target_ids,
+        "origin": decision.origin,
+        "created_at": time(decision.created_at),
+    })
+}
+
+pub fn fact_write_response(outcome: &FactWriteOutcome) -> Value {
+    json!({
+        "fact": fact(&outcome.fact, Utc::now()),
+        "decision": decision(&outcome.decision),
+        "created": outcome.created,
+    })
+}
+
+pub fn episode(episode: &Episode) -> Value {
+    json!({
+        "id": episode.id,
+        "session_id": episode.session_id,
+        "text": episode.text,
+        "occurred_at": time(episode.occurred_at),
+        "ingested_at": time(episode.ingested_at),
+    })
+}
+
+pub fn playbook(playbook: &Playbook) -> Value {
+    json!({
+        "id": playbook.id,
+        "name": playbook.name,
+        "trigger": playbook.trigger,
+        "steps": playbook.steps,
+        "version": playbook.version,
+        "success_count": playbook.success_count,
+        "failure_count": playbook.failure_count,
+        "created_at": time(playbook.created_at),
+        "updated_at": time(playbook.updated_at),
+        "last_used_at": optional_time(playbook.last_used_at),
+        "use_count": playbook.use_count,
+    })
+}
+
+pub fn audit_event(event: &AuditEvent) -> Value {
+    json!({
+        "id": event.id,
+        "at": time(event.at),
+        "subject": event.subject,
+        "tenant": event.tenant,
+        "user": event.user,
+        "action": event.action,
+        "target_ids": event.target_ids,
+        "request_id": event.request_id,
+        "detail": event.detail,
+    })
+}
+
+pub fn page<T>(page: &Page<T>, render: impl Fn(&T) -> Value) -> Value {
+    json!({
+        "items": page.items.iter().map(render).collect::<Vec<_>>(),
+        "next_cursor": page.next_cursor,
+    })
+}
+
+pub fn erasure(receipt: &ErasureReceipt) -> Value {
+    json!({
+        "deleted": {
+            "episodes": receipt.episodes,
+            "facts": receipt.facts,
+            "playbooks": receipt.playbooks,
+            "playbook_versions": receipt.playbook_versions,
+            "edges": receipt.edges,
+            "tombstones": receipt.tombstones,
+            "decisions": receipt.decisions,
+        }
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    pub limit: Option<usize>,
+    pub cursor: Option<String>,
+}
+
+pub fn page_request(limit: Option<usize>, cursor: Option<String>) -> Result<PageRequest, Error> {
+    let limit = limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(Error::invalid(
+            "limit",
+            format!("must be between 1 and {MAX_PAGE}"),
+        ));
+    }
+    Ok(PageRequest { limit, cursor })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FactListQuery {
+    pub status: Option<String>,
+    pub as_of: Option<DateTime<FixedOffset>>,
+    pub limit: Option<usize>,
+    pub cursor: Option<String>,
+}
+
+impl FactListQuery {
+    pub fn status_filter(&self) -> Result<StatusFilter, Error> {
+        match self.status.as_deref() {
+            None => Ok(StatusFilter::Only(FactStatus::Active)),
+            Some("all") => Ok(StatusFilter::All),
+            Some(status) => FactStatus::parse(status).map(StatusFilter::Only),
+        }
+    }
+
+    pub fn as_of(&self) -> Option<DateTime<Utc>> {
+        utc(self.as_of)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetractBody {
+    pub reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaybookBody {
+    pub name: String,
+    pub trigger: String,
+    pub steps: Vec<String>,
+}
+
+impl PlaybookBody {
+    pub fn into_input(self) -> PlaybookInput {
+        PlaybookInput {
+            name: self.name,
+            trigger: self.trigger,
+            steps: self.steps,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaybookVersionBody {
+    pub name: Option<String>,
+    pub trigger: Option<String>,
+    pub steps: Vec<String>,
+    pub base_version: Option<u32>,
+}
+
+impl PlaybookVersionBody {
+    pub fn into_input(self) -> PlaybookVersionInput {
+        PlaybookVersionInput {
+            name: self.name,
+            trigger: self.trigger,
+            steps: self.steps,
+            base_version: self.base_version,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeBody {
+    pub success: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecallBody {
+    pub query: String,
+    pub tiers: Option<Vec<String>>,
+    pub k: Option<usize>,
+    pub as_of: Option<DateTime<FixedOffset>>,
+    #[serde(default)]
+    pub include_history: bool,
+    #[serde(default)]
+    pub explain: bool,
+    pub fact_types: Option<Vec<String>>,
+    pub session_id: Option<String>,
+}
+
+pub fn parse_tiers(tiers: Option<&[String]>) -> Result<Vec<Tier>, Error> {
+    tiers
+        .unwrap_or_default()
+        .iter()
+        .map(|tier| {
+            Tier::parse(tier).ok_or_else(|| {
+                Error::invalid(
+                    "tiers",
+                    format!("unknown tier {tier:?}; expected semantic, episodic or procedural"),
+                )
+            })
+        })
+        .collect()
+}
+
+impl RecallBody {
+    pub fn into_request(self) -> Result<RecallRequest, Error> {
+        Ok(RecallRequest {
+            tiers: parse_tiers(self.tiers.as_deref())?,
+            query: self.query,
+            k: self.k,
+            as_of: utc(self.as_of),
+            include_history: self.include_history,
+            explain: self.explain,
+            fact_types: self
+                .fact_types
+                .unwrap_or_default()
+                .iter()
+                .map(|fact_type| FactType::parse(fact_type))
+                .collect::<Result<_, _>>()?,
+            session_id: self.session_id,
+        })
+    }
+}
+
+fn explanation(explanation: &Explanation) -> Value {
+    json!({
+        "bm25_rank": explanation.bm25_rank,
+        "bm25_score": explanation.bm25_score,
+        "knn_rank": explanation.knn_rank,
+        "knn_similarity": explanation.knn_similarity,
+        "fused_score": explanation.fused_score,
+    })
+}
+
+pub fn recall_hit(hit: &RecallHit) -> Value {
+    let (text, details) = match &hit.memory {
+        Memory::Fact(record) => (
+            record.text.clone(),
+            json!({ "fact_type": record.fact_type.as_str(), "confidence": record.confidence,
+                    "created_at": time(record.created_at), "superseded_by": record.superseded_by,
+                    "valid_from": optional_time(record.valid_from), "valid_to": optional_time(record.valid_to),
+                    "expires_at": optional_time(record.expires_at) }),
+        ),
+        Memory::Episode(record) => (
+            record.text.clone(),
+            json!({ "session_id": record.session_id, "occurred_at": time(record.occurred_at) }),
+        ),
+        Memory::Playbook(record) => (
+            record.searchable_text(),
+            json!({ "name": record.name, "trigger": record.trigger, "steps": record.steps, "version": record.version }),
+        ),
+    };
+    let mut value = json!({
+        "id": hit.memory.id(),
+        "tier": hit.memory.tier().as_str(),
+        "text": text,
+        "score": hit.score,
+        "status": hit.status.as_str(),
+    });
+    if let (Value::Object(target), Value::Object(extra)) = (&mut value, details) {
+        target.extend(extra);
+        if let Some(explained) = &hit.explanation {
+            target.insert("explain".into(), explanation(explained));
+        }
+    }
+    value
+}
+
+pub fn recall_response(result: &RecallResult) -> Value {
+    json!({
+        "hits": result.hits.iter().map(recall_hit).collect::<Vec<_>>(),
+        "as_of": time(result.as_of),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileQuery {
+    pub query: Option<String>,
+    pub k: Option<usize>,
+    pub as_of: Option<DateTime<FixedOffset>>,
+    pub max_tokens: Option<usize>,
+}
+
+impl ProfileQuery {
+    pub fn into_request(self) -> cairn_app::ProfileRequest {
+        cairn_app::ProfileRequest {
+            query: self.query,
+            k: self.k,
+            as_of: utc(self.as_of),
+            max_tokens: self.max_tokens,
+        }
+    }
+}
+
+pub fn profile(profile: &Profile) -> Value {
+    let now = Utc::now();
+    json!({
+        "static": profile.static_facts.iter().map(|record| fact(record, now)).collect::<Vec<_>>(),
+        "dynamic": profile.dynamic_facts.iter().map(|record| fact(record, now)).collect::<Vec<_>>(),
+        "hits": profile.hits.iter().map(recall_hit).collect::<Vec<_>>(),
+        "context": profile.context,
+    })
+}
+
+/// Body of `/healthz` and `/readyz`.
+#[derive(Serialize)]
+pub struct Health {
+    pub status: &'static str,
+    pub checks: Value,
+}

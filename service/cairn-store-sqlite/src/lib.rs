@@ -1,0 +1,509 @@
+//! The embedded store: SQLite (WAL, `synchronous=FULL`) with FTS5 for BM25, in one
+//! data directory and with no services.
+//!
+//! One writer connection serialises transactions; a few reader connections serve
+//! queries concurrently. All SQLite work runs on the blocking thread pool, never on
+//! the async executor.
+
+mod commit;
+mod rows;
+mod schema;
+mod search;
+
+use cairn_core::{
+    AuditEvent, ChangeSet, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, MemoryStore, Page,
+    PageRequest, Playbook, Result, Scope, StatusFilter, TextHit, TextQuery, Tombstone, TombstoneReason,
+};
+use chrono::{DateTime, Utc};
+use rows::micros;
+use rusqlite::{Connection, OptionalExtension, params};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+const READER_CONNECTIONS: usize = 4;
+const DATABASE_FILE: &str = "cairn.sqlite3";
+
+fn storage(error: rusqlite::Error) -> Error {
+    Error::Storage(error.to_string())
+}
+
+struct Inner {
+    writer: Mutex<Connection>,
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
+    path: PathBuf,
+}
+
+/// The embedded backend. Cheap to clone; clones share connections.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `data_dir` and brings its schema up to date.
+    pub fn open(data_dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(data_dir).map_err(|error| {
+            Error::Unavailable(format!(
+                "cannot create data directory {}: {error}",
+                data_dir.display()
+            ))
+        })?;
+        let path = data_dir.join(DATABASE_FILE);
+        let mut writer = Connection::open(&path).map_err(storage)?;
+        schema::configure(&writer).map_err(storage)?;
+        schema::migrate(&mut writer).map_err(storage)?;
+        let readers = (0..READER_CONNECTIONS)
+            .map(|_| {
+                let reader = Connection::open(&path).map_err(storage)?;
+                schema::configure(&reader).map_err(storage)?;
+                Ok(Mutex::new(reader))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                writer: Mutex::new(writer),
+                readers,
+                next_reader: AtomicUsize::new(0),
+                path,
+            }),
+        })
+    }
+
+    /// The database file, for operators and diagnostics.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    async fn read<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let index = inner.next_reader.fetch_add(1, Ordering::Relaxed) % inner.readers.len();
+            let connection = inner.readers[index]
+                .lock()
+                .map_err(|_| Error::Storage("reader connection poisoned".into()))?;
+            work(&connection)
+        })
+        .await
+        .map_err(|error| Error::Storage(format!("store task failed: {error}")))?
+    }
+
+    async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let mut connection = inner
+                .writer
+                .lock()
+                .map_err(|_| Error::Storage("writer connection poisoned".into()))?;
+            work(&mut connection)
+        })
+        .await
+        .map_err(|error| Error::Storage(format!("store task failed: {error}")))?
+    }
+}
+
+/// Parses a cursor (the `seq` of the last item of the previous page).
+fn cursor_seq(page: &PageRequest) -> Result<i64> {
+    match &page.cursor {
+        None => Ok(i64::MAX),
+        Some(cursor) => cursor
+            .parse::<i64>()
+            .ok()
+            .filter(|seq| *seq > 0)
+            .ok_or_else(|| Error::invalid("cursor", "is not a cursor this service issued")),
+    }
+}
+
+/// Runs a newest-first page query whose first column is `seq` and whose parameters
+/// are `(tenant, user, cursor, limit)` followed by `extra`.
+fn page_query<T>(
+    connection: &Connection,
+    sql: &str,
+    scope: &Scope,
+    page: &PageRequest,
+    extra: &[&dyn rusqlite::ToSql],
+    map: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Page<T>> {
+    let cursor = cursor_seq(page)?;
+    let limit = i64::try_from(page.limit.max(1)).unwrap_or(i64::MAX);
+    let fetch = limit.saturating_add(1);
+    let tenant = scope.tenant().as_str();
+    let user = scope.user().as_str();
+    let mut parameters: Vec<&dyn rusqlite::ToSql> = vec![&tenant, &user, &cursor, &fetch];
+    parameters.extend_from_slice(extra);
+    let mut statement = connection.prepare_cached(sql).map_err(storage)?;
+    let mut rows = statement.query(parameters.as_slice()).map_err(storage)?;
+    let mut items = Vec::new();
+    let mut last_seq = None;
+    while let Some(row) = rows.next().map_err(storage)? {
+        if items.len() as i64 == limit {
+            return Ok(Page {
+                items,
+                next_cursor: last_seq.map(|seq: i64| seq.to_string()),
+            });
+        }
+        last_seq = Some(row.get::<_, i64>(0).map_err(storage)?);
+        items.push(map(row).map_err(storage)?);
+    }
+    Ok(Page {
+        items,
+        next_cursor: None,
+    })
+}
+
+/// SQL conditions selecting facts by their status at `?5` (the `as_of` micros).
+fn status_condition(status: StatusFilter) -> &'static str {
+    match status {
+        StatusFilter::All => "1 = 1",
+        StatusFilter::Only(FactStatus::Active) => {
+            "f.status IN ('active', 'superseded') AND f.created_at <= ?5 \
+             AND (f.superseded_at IS NULL OR f.superseded_at > ?5) \
+             AND (f.expires_at IS NULL OR f.expires_at > ?5)"
+        }
+        StatusFilter::Only(FactStatus::Expired) => {
+            "f.status IN ('active', 'superseded') AND f.created_at <= ?5 \
+             AND (f.superseded_at IS NULL OR f.superseded_at > ?5) \
+             AND f.expires_at IS NOT NULL AND f.expires_at <= ?5"
+        }
+        StatusFilter::Only(FactStatus::Superseded) => "f.status = 'superseded' AND f.superseded_at <= ?5",
+        StatusFilter::Only(FactStatus::Retracted) => "f.status = 'retracted'",
+        // Forgotten facts are erased; nothing can match.
+        StatusFilter::Only(FactStatus::Forgotten) => "0 = 1",
+    }
+}
+
+#[async_trait::async_trait]
+impl MemoryStore for SqliteStore {
+    async fn ping(&self) -> Result<()> {
+        self.read(|connection| {
+            connection
+                .query_row("SELECT 1", [], |row| row.get::<_, i64>(0))
+                .map_err(|error| Error::Unavailable(error.to_string()))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()> {
+        let scope = scope.clone();
+        self.write(move |connection| {
+            let transaction = connection.transaction().map_err(storage)?;
+            commit::apply(&transaction, &scope, &change_set)?;
+            transaction.commit().map_err(storage)
+        })
+        .await
+    }
+
+    async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>> {
+        let scope = scope.clone();
+        let fact_id = fact_id.to_owned();
+        self.read(move |connection| {
+            connection
+                .prepare_cached(&format!(
+                    "SELECT {} FROM facts f WHERE f.id = ?1 AND f.tenant = ?2 AND f.user_id = ?3",
+                    rows::FACT_COLUMNS
+                ))
+                .and_then(|mut statement| {
+                    statement
+                        .query_row(
+                            params![fact_id, scope.tenant().as_str(), scope.user().as_str()],
+                            rows::fact,
+                        )
+                        .optional()
+                })
+                .map_err(storage)
+        })
+        .await
+    }
+
+    async fn list_facts(
+        &self,
+        scope: &Scope,
+        status: StatusFilter,
+        as_of: DateTime<Utc>,
+        page: &PageRequest,
+    ) -> Result<Page<Fact>> {
+        let scope = scope.clone();
+        let page = page.clone();
+        self.read(move |connection| {
+            let sql = format!(
+                "SELECT {} FROM facts f WHERE f.tenant = ?1 AND f.user_id = ?2 AND f.seq < ?3 \
+                 AND {} ORDER BY f.seq DESC LIMIT ?4",
+                rows::FACT_COLUMNS,
+                status_condition(status)
+            );
+            let as_of = micros(as_of);
+            page_query(connection, &sql, &scope, &page, &[&as_of], rows::fact)
+        })
+        .await
+    }
+
+    async fn find_active_facts_by_fingerprint(&self, scope: &Scope, fingerprint: &str) -> Result<Vec<Fact>> {
+        let scope = scope.clone();
+        let fingerprint = fingerprint.to_owned();
+        self.read(move |connection| {
+            let mut statement = connection
+                .prepare_cached(&format!(
+                    "SELECT {} FROM facts f WHERE f.tenant = ?1 AND f.user_id = ?2 \
+                     AND f.fingerprint = ?3 AND f.status = 'active' ORDER BY f.seq",
+                    rows::FACT_COLUMNS
+                ))
+                .map_err(storage)?;
+            let facts = statement
+                .query_map(
+                    params![scope.tenant().as_str(), scope.user().as_str(), fingerprint],
+                    rows::fact,
+                )
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)?;
+            Ok(facts)
+        })
+        .await
+    }
+
+    async fn find_tombstone(&self, scope: &Scope, fingerprint: &str) -> Result<Option<Tombstone>> {
+        let scope = scope.clone();
+        let fingerprint = fingerprint.to_owned();
+        self.read(move |connection| {
+            connection
+                .query_row(
+                    "SELECT id, fingerprint, fact_id, reason, created_at FROM tombstones \
+                     WHERE tenant = ?1 AND user_id = ?2 AND fingerprint = ?3 AND lifted_at IS NULL \
+                     ORDER BY seq DESC LIMIT 1",
+                    params![scope.tenant().as_str(), scope.user().as_str(), fingerprint],
+                    |row| {
+                        let reason: String = row.get(3)?;
+                        let created_at: i64 = row.get(4)?;
+                        Ok(Tombstone {
+                            id: row.get(0)?,
+                            fingerprint: row.get(1)?,
+                            fact_id: row.get(2)?,
+                            reason: if reason == "forgotten" {
+                                TombstoneReason::Forgotten
+                            } else {
+                                TombstoneReason::Retracted
+                            },
+                            created_at: DateTime::from_timestamp_micros(created_at).unwrap_or_default(),
+                            lifted_at: None,
+                        })
+                    },
+                )
+                .optional()
+                .map_err(storage)
+        })
+        .await
+    }
+
+    async fn get_episode(&self, scope: &Scope, episode_id: &str) -> Result<Option<Episode>> {
+        let scope = scope.clone();
+        let episode_id = episode_id.to_owned();
+        self.read(move |connection| {
+            connection
+                .query_row(
+                    &format!(
+                        "SELECT {} FROM episodes e WHERE e.id = ?1 AND e.tenant = ?2 AND e.user_id = ?3",
+                        rows::EPISODE_COLUMNS
+                    ),
+                    params![episode_id, scope.tenant().as_str(), scope.user().as_str()],
+                    rows::episode,
+                )
+                .optional()
+                .map_err(storage)
+        })
+        .await
+    }
+
+    async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>> {
+        let scope = scope.clone();
+        let page = page.clone();
+        self.read(move |connection| {
+            let sql = format!(
+                "SELECT {} FROM episodes e WHERE e.tenant = ?1 AND e.user_id = ?2 AND e.seq < ?3 \
+                 ORDER BY e.seq DESC LIMIT ?4",
+                rows::EPISODE_COLUMNS
+            );
+            page_query(connection, &sql, &scope, &page, &[], rows::episode)
+        })
+        .await
+    }
+
+    async fn get_playbook(&self, scope: &Scope, playbook_id: &str) -> Result<Option<Playbook>> {
+        let scope = scope.clone();
+        let playbook_id = playbook_id.to_owned();
+        self.read(move |connection| {
+            connection
+                .query_row(
+                    &format!(
+                        "SELECT {} FROM playbooks p WHERE p.id = ?1 AND p.tenant = ?2 AND p.user_id = ?3",
+                        rows::PLAYBOOK_COLUMNS
+                    ),
+                    params![playbook_id, scope.tenant().as_str(), scope.user().as_str()],
+                    rows::playbook,
+                )
+                .optional()
+                .map_err(storage)
+        })
+        .await
+    }
+
+    async fn playbook_versions(&self, scope: &Scope, playbook_id: &str) -> Result<Vec<Playbook>> {
+        let Some(current) = self.get_playbook(scope, playbook_id).await? else {
+            return Ok(Vec::new());
+        };
+        let scope = scope.clone();
+        self.read(move |connection| {
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT version, name, trigger_text, steps, created_at FROM playbook_versions \
+                     WHERE playbook_id = ?1 AND tenant = ?2 AND user_id = ?3 ORDER BY version",
+                )
+                .map_err(storage)?;
+            let versions = statement
+                .query_map(
+                    params![current.id, scope.tenant().as_str(), scope.user().as_str()],
+                    |row| {
+                        let steps: String = row.get(3)?;
+                        let created_at: i64 = row.get(4)?;
+                        Ok(Playbook {
+                            version: row.get(0)?,
+                            name: row.get(1)?,
+                            trigger: row.get(2)?,
+                            steps: serde_json::from_str(&steps).unwrap_or_default(),
+                            updated_at: DateTime::from_timestamp_micros(created_at).unwrap_or_default(),
+                            embedding: None,
+                            ..current.clone()
+                        })
+                    },
+                )
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)?;
+            Ok(versions)
+        })
+        .await
+    }
+
+    async fn list_playbooks(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Playbook>> {
+        let scope = scope.clone();
+        let page = page.clone();
+        self.read(move |connection| {
+            let sql = format!(
+                "SELECT {} FROM playbooks p WHERE p.tenant = ?1 AND p.user_id = ?2 AND p.seq < ?3 \
+                 ORDER BY p.seq DESC LIMIT ?4",
+                rows::PLAYBOOK_COLUMNS
+            );
+            page_query(connection, &sql, &scope, &page, &[], rows::playbook)
+        })
+        .await
+    }
+
+    async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
+        let scope = scope.clone();
+        let query = query.clone();
+        self.read(move |connection| search::search_text(connection, &scope, &query))
+            .await
+    }
+
+    async fn record_usage(&self, scope: &Scope, ids: &[String], at: DateTime<Utc>) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let scope = scope.clone();
+        let ids = ids.to_vec();
+        self.write(move |connection| {
+            let transaction = connection.transaction().map_err(storage)?;
+            for table in ["facts", "playbooks"] {
+                let mut statement = transaction
+                    .prepare_cached(&format!(
+                        "UPDATE {table} SET use_count = use_count + 1, last_used_at = ?1 \
+                         WHERE id = ?2 AND tenant = ?3 AND user_id = ?4"
+                    ))
+                    .map_err(storage)?;
+                for id in &ids {
+                    statement
+                        .execute(params![
+                            micros(at),
+                            id,
+                            scope.tenant().as_str(),
+                            scope.user().as_str()
+                        ])
+                        .map_err(storage)?;
+                }
+            }
+            transaction.commit().map_err(storage)
+        })
+        .await
+    }
+
+    async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
+        let scope = scope.clone();
+        let page = page.clone();
+        self.read(move |connection| {
+            let sql = format!(
+                "SELECT {} FROM decisions WHERE tenant = ?1 AND user_id = ?2 AND seq < ?3 \
+                 ORDER BY seq DESC LIMIT ?4",
+                rows::DECISION_COLUMNS
+            );
+            page_query(connection, &sql, &scope, &page, &[], rows::decision)
+        })
+        .await
+    }
+
+    async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>> {
+        let scope = scope.clone();
+        let page = page.clone();
+        self.read(move |connection| {
+            let sql = format!(
+                "SELECT {} FROM audit_events WHERE tenant = ?1 AND user_id = ?2 AND seq < ?3 \
+                 ORDER BY seq DESC LIMIT ?4",
+                rows::AUDIT_COLUMNS
+            );
+            page_query(connection, &sql, &scope, &page, &[], rows::audit_event)
+        })
+        .await
+    }
+
+    async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
+        let scope = scope.clone();
+        self.write(move |connection| {
+            let transaction = connection.transaction().map_err(storage)?;
+            let tenant = scope.tenant().as_str();
+            let user = scope.user().as_str();
+            let erase = |sql: &str| -> Result<u64> {
+                transaction
+                    .execute(sql, params![tenant, user])
+                    .map(|count| count as u64)
+                    .map_err(storage)
+            };
+            for table in ["episodes", "facts", "playbooks"] {
+                erase(&format!(
+                    "DELETE FROM {table}_fts WHERE rowid IN \
+                     (SELECT seq FROM {table} WHERE tenant = ?1 AND user_id = ?2)"
+                ))?;
+            }
+            let receipt = ErasureReceipt {
+                episodes: erase("DELETE FROM episodes WHERE tenant = ?1 AND user_id = ?2")?,
+                facts: erase("DELETE FROM facts WHERE tenant = ?1 AND user_id = ?2")?,
+                playbooks: erase("DELETE FROM playbooks WHERE tenant = ?1 AND user_id = ?2")?,
+                playbook_versions: erase("DELETE FROM playbook_versions WHERE tenant = ?1 AND user_id = ?2")?,
+                edges: erase("DELETE FROM edges WHERE tenant = ?1 AND user_id = ?2")?,
+                tombstones: erase("DELETE FROM tombstones WHERE tenant = ?1 AND user_id = ?2")?,
+                decisions: erase("DELETE FROM decisions WHERE tenant = ?1 AND user_id = ?2")?,
+            };
+            commit::insert_audit(&transaction, &scope, &audit).map_err(storage)?;
+            transaction.commit().map_err(storage)?;
+            Ok(receipt)
+        })
+        .await
+    }
+}

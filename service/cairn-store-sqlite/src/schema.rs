@@ -1,0 +1,178 @@
+//! The embedded store's schema and connection settings.
+
+use rusqlite::Connection;
+
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Durability and safety settings applied to every connection. `synchronous=FULL` in
+/// WAL mode means an acknowledged commit survives a crash of the process or the machine;
+/// `secure_delete` overwrites erased content instead of leaving it in free pages.
+pub fn configure(connection: &Connection) -> rusqlite::Result<()> {
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", "FULL")?;
+    connection.pragma_update(None, "foreign_keys", "ON")?;
+    connection.pragma_update(None, "secure_delete", "ON")?;
+    connection.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(())
+}
+
+/// Creates every table once; later versions add migrations keyed on `SCHEMA_VERSION`.
+pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
+    let transaction = connection.transaction()?;
+    transaction.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    )?;
+    let current: Option<String> = transaction
+        .query_row("SELECT value FROM schema_meta WHERE key = 'version'", [], |row| {
+            row.get(0)
+        })
+        .ok();
+    if current.is_none() {
+        transaction.execute_batch(SCHEMA)?;
+        transaction.execute(
+            "INSERT INTO schema_meta (key, value) VALUES ('version', ?1)",
+            [SCHEMA_VERSION.to_string()],
+        )?;
+    }
+    transaction.commit()
+}
+
+/// Each full-text table indexes the record text plus a per-scope token (`scope_key`,
+/// weight 0 in ranking), so a full-text match is restricted to the scope inside the
+/// index itself, before any join.
+const SCHEMA: &str = r#"
+CREATE TABLE episodes (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    session_id TEXT,
+    text TEXT NOT NULL,
+    occurred_at INTEGER NOT NULL,
+    ingested_at INTEGER NOT NULL,
+    embedding BLOB
+);
+CREATE INDEX episodes_scope ON episodes (tenant, user_id, seq);
+CREATE VIRTUAL TABLE episodes_fts USING fts5 (text, scope_key, tokenize = 'unicode61 remove_diacritics 2');
+INSERT INTO episodes_fts (episodes_fts, rank) VALUES ('secure-delete', 1);
+
+CREATE TABLE facts (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    fact_type TEXT NOT NULL,
+    text TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    confidence REAL NOT NULL,
+    status TEXT NOT NULL,
+    source_episode_ids TEXT NOT NULL,
+    source_span TEXT,
+    created_at INTEGER NOT NULL,
+    superseded_at INTEGER,
+    superseded_by TEXT,
+    retracted_at INTEGER,
+    retraction_reason TEXT,
+    valid_from INTEGER,
+    valid_to INTEGER,
+    expires_at INTEGER,
+    last_used_at INTEGER,
+    use_count INTEGER NOT NULL DEFAULT 0,
+    embedding BLOB
+);
+CREATE INDEX facts_scope ON facts (tenant, user_id, seq);
+CREATE INDEX facts_fingerprint ON facts (tenant, user_id, fingerprint);
+CREATE VIRTUAL TABLE facts_fts USING fts5 (text, scope_key, tokenize = 'unicode61 remove_diacritics 2');
+INSERT INTO facts_fts (facts_fts, rank) VALUES ('secure-delete', 1);
+
+CREATE TABLE edges (
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    from_fact_id TEXT NOT NULL,
+    to_fact_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (from_fact_id, to_fact_id, kind)
+);
+CREATE INDEX edges_scope ON edges (tenant, user_id);
+CREATE INDEX edges_to ON edges (to_fact_id);
+
+CREATE TABLE tombstones (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    fact_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    lifted_at INTEGER
+);
+CREATE INDEX tombstones_scope ON tombstones (tenant, user_id, fingerprint);
+
+CREATE TABLE playbooks (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    trigger_text TEXT NOT NULL,
+    steps TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    success_count INTEGER NOT NULL DEFAULT 0,
+    failure_count INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    last_used_at INTEGER,
+    use_count INTEGER NOT NULL DEFAULT 0,
+    embedding BLOB
+);
+CREATE INDEX playbooks_scope ON playbooks (tenant, user_id, seq);
+CREATE VIRTUAL TABLE playbooks_fts USING fts5 (text, scope_key, tokenize = 'unicode61 remove_diacritics 2');
+INSERT INTO playbooks_fts (playbooks_fts, rank) VALUES ('secure-delete', 1);
+
+CREATE TABLE playbook_versions (
+    playbook_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    trigger_text TEXT NOT NULL,
+    steps TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (playbook_id, version)
+);
+CREATE INDEX playbook_versions_scope ON playbook_versions (tenant, user_id);
+
+CREATE TABLE decisions (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    fact_id TEXT,
+    target_ids TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX decisions_scope ON decisions (tenant, user_id, seq);
+
+CREATE TABLE audit_events (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    at INTEGER NOT NULL,
+    subject TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    action TEXT NOT NULL,
+    target_ids TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX audit_scope ON audit_events (tenant, user_id, seq);
+CREATE TRIGGER audit_events_append_only_update BEFORE UPDATE ON audit_events
+BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
+CREATE TRIGGER audit_events_append_only_delete BEFORE DELETE ON audit_events
+BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
+"#;
