@@ -118,14 +118,20 @@ impl Verifier {
             let mut validation = Validation::new(candidate.algorithm);
             validation.leeway = self.leeway_seconds;
             validation.validate_nbf = true;
-            validation.set_required_spec_claims(&["exp", "sub"]);
+            // A configured audience or issuer must be present, not merely match when present.
+            let mut required = vec!["exp", "sub"];
             match &self.audience {
-                Some(audience) => validation.set_audience(&[audience]),
+                Some(audience) => {
+                    validation.set_audience(&[audience]);
+                    required.push("aud");
+                }
                 None => validation.validate_aud = false,
             }
             if let Some(issuer) = &self.issuer {
                 validation.set_issuer(&[issuer]);
+                required.push("iss");
             }
+            validation.set_required_spec_claims(&required);
             match jsonwebtoken::decode::<Claims>(token, &candidate.key, &validation) {
                 Ok(data) => return principal_from_claims(data.claims),
                 Err(error) => {

@@ -271,7 +271,7 @@ async fn list_facts(
     let scope = caller.scope(&user, Permission::Read)?;
     let query = query.into_inner();
     let status = query.status_filter()?;
-    let as_of = query.as_of();
+    let as_of = query.as_of()?;
     let page = state
         .cairn
         .list_facts(&scope, status, as_of, &page_request(query.limit, query.cursor)?)
@@ -409,7 +409,7 @@ async fn profile(
     let scope = caller.scope(&user, Permission::Read)?;
     let profile = state
         .cairn
-        .profile(&scope, query.into_inner().into_request())
+        .profile(&scope, query.into_inner().into_request()?)
         .await?;
     Ok(HttpResponse::Ok().json(wire::profile(&profile)))
 }

@@ -15,8 +15,14 @@ use serde_json::{Value, json};
 const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 200;
 
-fn utc(time: Option<DateTime<FixedOffset>>) -> Option<DateTime<Utc>> {
-    time.map(|time| time.with_timezone(&Utc))
+/// Parses an optional RFC 3339 time, naming the field when it is not one.
+fn utc(field: &str, time: Option<&str>) -> Result<Option<DateTime<Utc>>, Error> {
+    time.map(|text| {
+        DateTime::<FixedOffset>::parse_from_rfc3339(text)
+            .map(|time| time.with_timezone(&Utc))
+            .map_err(|_| Error::invalid(field, "must be an RFC 3339 time such as 2026-01-31T09:00:00Z"))
+    })
+    .transpose()
 }
 
 fn time(time: DateTime<Utc>) -> Value {
@@ -32,7 +38,7 @@ fn optional_time(value: Option<DateTime<Utc>>) -> Value {
 pub struct MessageBody {
     pub role: String,
     pub content: String,
-    pub timestamp: Option<DateTime<FixedOffset>>,
+    pub timestamp: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -69,7 +75,10 @@ impl IngestBody {
                 Ok(Message {
                     role,
                     content: message.content,
-                    timestamp: utc(message.timestamp),
+                    timestamp: utc(
+                        &format!("messages[{index}].timestamp"),
+                        message.timestamp.as_deref(),
+                    )?,
                 })
             })
             .collect::<Result<Vec<_>, Error>>()?;
@@ -100,9 +109,9 @@ pub struct FactBody {
     pub confidence: Option<f32>,
     pub supersedes: Option<String>,
     pub contradiction: Option<String>,
-    pub valid_from: Option<DateTime<FixedOffset>>,
-    pub valid_to: Option<DateTime<FixedOffset>>,
-    pub expires_at: Option<DateTime<FixedOffset>>,
+    pub valid_from: Option<String>,
+    pub valid_to: Option<String>,
+    pub expires_at: Option<String>,
     #[serde(default)]
     pub reassert: bool,
 }
@@ -123,9 +132,9 @@ impl FactBody {
             confidence: self.confidence,
             supersedes: self.supersedes,
             contradiction: parse_contradiction(self.contradiction.as_deref())?,
-            valid_from: utc(self.valid_from),
-            valid_to: utc(self.valid_to),
-            expires_at: utc(self.expires_at),
+            valid_from: utc("valid_from", self.valid_from.as_deref())?,
+            valid_to: utc("valid_to", self.valid_to.as_deref())?,
+            expires_at: utc("expires_at", self.expires_at.as_deref())?,
             reassert: self.reassert,
         })
     }
@@ -256,7 +265,7 @@ pub fn page_request(limit: Option<usize>, cursor: Option<String>) -> Result<Page
 #[serde(deny_unknown_fields)]
 pub struct FactListQuery {
     pub status: Option<String>,
-    pub as_of: Option<DateTime<FixedOffset>>,
+    pub as_of: Option<String>,
     pub limit: Option<usize>,
     pub cursor: Option<String>,
 }
@@ -270,8 +279,8 @@ impl FactListQuery {
         }
     }
 
-    pub fn as_of(&self) -> Option<DateTime<Utc>> {
-        utc(self.as_of)
+    pub fn as_of(&self) -> Result<Option<DateTime<Utc>>, Error> {
+        utc("as_of", self.as_of.as_deref())
     }
 }
 
@@ -331,7 +340,7 @@ pub struct RecallBody {
     pub query: String,
     pub tiers: Option<Vec<String>>,
     pub k: Option<usize>,
-    pub as_of: Option<DateTime<FixedOffset>>,
+    pub as_of: Option<String>,
     #[serde(default)]
     pub include_history: bool,
     #[serde(default)]
@@ -361,7 +370,7 @@ impl RecallBody {
             tiers: parse_tiers(self.tiers.as_deref())?,
             query: self.query,
             k: self.k,
-            as_of: utc(self.as_of),
+            as_of: utc("as_of", self.as_of.as_deref())?,
             include_history: self.include_history,
             explain: self.explain,
             fact_types: self
@@ -431,18 +440,18 @@ pub fn recall_response(result: &RecallResult) -> Value {
 pub struct ProfileQuery {
     pub query: Option<String>,
     pub k: Option<usize>,
-    pub as_of: Option<DateTime<FixedOffset>>,
+    pub as_of: Option<String>,
     pub max_tokens: Option<usize>,
 }
 
 impl ProfileQuery {
-    pub fn into_request(self) -> cairn_app::ProfileRequest {
-        cairn_app::ProfileRequest {
+    pub fn into_request(self) -> Result<cairn_app::ProfileRequest, Error> {
+        Ok(cairn_app::ProfileRequest {
+            as_of: utc("as_of", self.as_of.as_deref())?,
             query: self.query,
             k: self.k,
-            as_of: utc(self.as_of),
             max_tokens: self.max_tokens,
-        }
+        })
     }
 }
 

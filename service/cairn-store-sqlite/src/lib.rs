@@ -160,8 +160,14 @@ fn page_query<T>(
     })
 }
 
-/// SQL conditions selecting facts by their status at `?5` (the `as_of` micros).
-fn status_condition(status: StatusFilter) -> &'static str {
+/// SQL conditions selecting facts by their status at `?5` (the `as_of` micros), and
+/// whether the condition reads `?5` at all.
+fn status_condition(status: StatusFilter) -> (&'static str, bool) {
+    let condition = status_condition_text(status);
+    (condition, condition.contains("?5"))
+}
+
+fn status_condition_text(status: StatusFilter) -> &'static str {
     match status {
         StatusFilter::All => "1 = 1",
         StatusFilter::Only(FactStatus::Active) => {
@@ -235,14 +241,15 @@ impl MemoryStore for SqliteStore {
         let scope = scope.clone();
         let page = page.clone();
         self.read(move |connection| {
+            let (condition, reads_as_of) = status_condition(status);
             let sql = format!(
                 "SELECT {} FROM facts f WHERE f.tenant = ?1 AND f.user_id = ?2 AND f.seq < ?3 \
-                 AND {} ORDER BY f.seq DESC LIMIT ?4",
+                 AND {condition} ORDER BY f.seq DESC LIMIT ?4",
                 rows::FACT_COLUMNS,
-                status_condition(status)
             );
             let as_of = micros(as_of);
-            page_query(connection, &sql, &scope, &page, &[&as_of], rows::fact)
+            let extra: &[&dyn rusqlite::ToSql] = if reads_as_of { &[&as_of] } else { &[] };
+            page_query(connection, &sql, &scope, &page, extra, rows::fact)
         })
         .await
     }

@@ -1,0 +1,1111 @@
+//! The REST API served in process by the real application: auth, isolation, the write
+//! gates, bad input, limits, and the operational routes.
+
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::http::{Method, StatusCode};
+use actix_web::{test, web};
+use cairn_server::auth::{MintRequest, mint};
+use cairn_server::config::Config;
+use cairn_server::{build_state, http};
+use serde_json::{Value, json};
+
+const SECRET: &str = "test-secret-test-secret-test-secret!";
+
+struct Harness<S> {
+    service: S,
+    _directory: tempfile::TempDir,
+}
+
+fn config(directory: &tempfile::TempDir) -> Config {
+    Config {
+        data_dir: directory.path().to_path_buf(),
+        jwt_secret: Some(SECRET.into()),
+        rate_limit_per_second: 0,
+        max_text_chars: 500,
+        max_body_bytes: 16 * 1024,
+        ..Config::default()
+    }
+}
+
+async fn harness_with(
+    adjust: impl FnOnce(&mut Config),
+) -> Harness<
+    impl Service<
+        actix_http::Request,
+        Response = ServiceResponse<impl actix_web::body::MessageBody>,
+        Error = actix_web::Error,
+    >,
+> {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let mut config = config(&directory);
+    adjust(&mut config);
+    let state = web::Data::new(build_state(&config).expect("state"));
+    let service = test::init_service(http::app(state)).await;
+    Harness {
+        service,
+        _directory: directory,
+    }
+}
+
+fn token_with(
+    tenant: &str,
+    scopes: &str,
+    user: Option<&str>,
+    ttl_seconds: i64,
+    audience: Option<&str>,
+    secret: &str,
+) -> String {
+    mint(
+        &MintRequest {
+            subject: format!("{tenant}-service"),
+            tenant: tenant.into(),
+            scopes: scopes.split(',').map(str::to_owned).collect(),
+            user: user.map(str::to_owned),
+            ttl_seconds,
+            audience: audience.map(str::to_owned),
+            issuer: None,
+        },
+        Some(secret),
+        None,
+    )
+    .expect("mint")
+}
+
+fn token(tenant: &str, scopes: &str) -> String {
+    token_with(tenant, scopes, None, 3600, None, SECRET)
+}
+
+const ALL: &str = "memory:read,memory:write,memory:admin";
+
+/// Sends a request and returns status, headers of interest and the JSON body.
+async fn call<S, B>(
+    service: &S,
+    method: Method,
+    path: &str,
+    bearer: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value, actix_web::http::header::HeaderMap)
+where
+    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: actix_web::body::MessageBody,
+{
+    let mut request = test::TestRequest::default().method(method).uri(path);
+    if let Some(bearer) = bearer {
+        request = request.insert_header(("authorization", format!("Bearer {bearer}")));
+    }
+    if let Some(body) = body {
+        request = request.set_json(body);
+    }
+    let response = test::call_service(service, request.to_request()).await;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = test::read_body(response).await;
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, value, headers)
+}
+
+async fn raw<S, B>(
+    service: &S,
+    path: &str,
+    bearer: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (StatusCode, Value)
+where
+    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: actix_web::body::MessageBody,
+{
+    let request = test::TestRequest::post()
+        .uri(path)
+        .insert_header(("authorization", format!("Bearer {bearer}")))
+        .insert_header(("content-type", content_type))
+        .set_payload(body)
+        .to_request();
+    let response = test::call_service(service, request).await;
+    let status = response.status();
+    let bytes = test::read_body(response).await;
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+fn error_code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<none>")
+}
+
+fn assert_error_shape(body: &Value) {
+    assert!(body["error"]["code"].is_string(), "{body}");
+    assert!(
+        body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(
+        body["error"]["request_id"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("req_")),
+        "{body}"
+    );
+}
+
+async fn count_facts<S, B>(service: &S, tenant: &str, user: &str) -> usize
+where
+    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: actix_web::body::MessageBody,
+{
+    let (status, body, _) = call(
+        service,
+        Method::GET,
+        &format!("/v1/users/{user}/facts?status=all"),
+        Some(&token(tenant, ALL)),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["items"].as_array().map(Vec::len).unwrap_or(0)
+}
+
+async fn write<S, B>(service: &S, bearer: &str, user: &str, body: Value) -> (StatusCode, Value)
+where
+    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: actix_web::body::MessageBody,
+{
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        &format!("/v1/users/{user}/facts"),
+        Some(bearer),
+        Some(body),
+    )
+    .await;
+    (status, body)
+}
+
+#[actix_web::test]
+async fn auth_matrix_refuses_and_changes_nothing() {
+    let harness = harness_with(|config| config.jwt_audience = Some("cairn".into())).await;
+    let service = &harness.service;
+    let fact = json!({ "text": "The user likes tea" });
+    let good = token_with("acme", ALL, None, 3600, Some("cairn"), SECRET);
+    let cases: Vec<(Option<String>, StatusCode, &str)> = vec![
+        (None, StatusCode::UNAUTHORIZED, "missing_token"),
+        (Some("garbage".into()), StatusCode::UNAUTHORIZED, "invalid_token"),
+        (
+            Some(token_with(
+                "acme",
+                ALL,
+                None,
+                3600,
+                Some("cairn"),
+                "some-other-secret-some-other-secret",
+            )),
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+        ),
+        (
+            Some(token_with("acme", ALL, None, -3600, Some("cairn"), SECRET)),
+            StatusCode::UNAUTHORIZED,
+            "token_expired",
+        ),
+        (
+            Some(token_with("acme", ALL, None, 3600, Some("elsewhere"), SECRET)),
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+        ),
+        (
+            Some(token_with("acme", ALL, None, 3600, None, SECRET)),
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+        ),
+        (
+            Some(token_with(
+                "acme",
+                "memory:read",
+                None,
+                3600,
+                Some("cairn"),
+                SECRET,
+            )),
+            StatusCode::FORBIDDEN,
+            "insufficient_scope",
+        ),
+        (
+            Some(token_with("acme", ALL, Some("bob"), 3600, Some("cairn"), SECRET)),
+            StatusCode::FORBIDDEN,
+            "user_mismatch",
+        ),
+    ];
+    for (bearer, expected, code) in cases {
+        let (status, body, headers) = call(
+            service,
+            Method::POST,
+            "/v1/users/alice/facts",
+            bearer.as_deref(),
+            Some(fact.clone()),
+        )
+        .await;
+        assert_eq!(status, expected, "{bearer:?}: {body}");
+        assert_eq!(error_code(&body), code, "{body}");
+        assert_error_shape(&body);
+        if status == StatusCode::UNAUTHORIZED {
+            assert!(
+                headers
+                    .get("www-authenticate")
+                    .is_some_and(|v| v.to_str().is_ok_and(|v| v.starts_with("Bearer")))
+            );
+        }
+    }
+    let (status, body, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/alice/facts?status=all",
+        Some(&good),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body["items"].as_array().map(Vec::len),
+        Some(0),
+        "nothing was written: {body}"
+    );
+    // A bound token works for its own user, and reading the audit needs admin.
+    let bound = token_with(
+        "acme",
+        "memory:read,memory:write",
+        Some("alice"),
+        3600,
+        Some("cairn"),
+        SECRET,
+    );
+    let (status, _) = write(service, &bound, "alice", fact).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body, _) = call(service, Method::GET, "/v1/users/alice/audit", Some(&bound), None).await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::FORBIDDEN, "insufficient_scope")
+    );
+}
+
+#[actix_web::test]
+async fn tenants_and_users_are_isolated() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (_, created) = write(
+        service,
+        &owner,
+        "alice",
+        json!({ "text": "Alice keeps bees on her roof" }),
+    )
+    .await;
+    let fact_id = created["fact"]["id"].as_str().expect("id").to_owned();
+    let (status, _, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/alice/episodes",
+        Some(&owner),
+        Some(json!({ "messages": [{ "role": "user", "content": "my bees swarmed today" }] })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    for (intruder, user) in [(token("globex", ALL), "alice"), (token("acme", ALL), "bob")] {
+        let base = format!("/v1/users/{user}");
+        let (status, body, _) = call(
+            service,
+            Method::GET,
+            &format!("{base}/facts/{fact_id}"),
+            Some(&intruder),
+            None,
+        )
+        .await;
+        assert_eq!((status, error_code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+        let (_, body, _) = call(
+            service,
+            Method::GET,
+            &format!("{base}/facts?status=all"),
+            Some(&intruder),
+            None,
+        )
+        .await;
+        assert_eq!(body["items"], json!([]));
+        let (_, body, _) = call(
+            service,
+            Method::POST,
+            &format!("{base}/recall"),
+            Some(&intruder),
+            Some(json!({ "query": "bees roof swarmed" })),
+        )
+        .await;
+        assert_eq!(
+            body["hits"],
+            json!([]),
+            "a search with no match in scope returns nothing"
+        );
+        let (status, _) = write(
+            service,
+            &intruder,
+            user,
+            json!({ "text": "hijacked", "supersedes": fact_id }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, _, _) = call(
+            service,
+            Method::POST,
+            &format!("{base}/facts/{fact_id}/retract"),
+            Some(&intruder),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, _, _) = call(
+            service,
+            Method::DELETE,
+            &format!("{base}/facts/{fact_id}"),
+            Some(&intruder),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, body, _) = call(service, Method::DELETE, &base, Some(&intruder), None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["deleted"]["facts"], 0);
+        assert_eq!(body["deleted"]["episodes"], 0);
+    }
+    let (status, body, _) = call(
+        service,
+        Method::GET,
+        &format!("/v1/users/alice/facts/{fact_id}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "active");
+    assert_eq!(count_facts(service, "acme", "alice").await, 1);
+    let (_, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/alice/recall",
+        Some(&owner),
+        Some(json!({ "query": "bees" })),
+    )
+    .await;
+    assert_eq!(
+        body["hits"].as_array().map(Vec::len),
+        Some(2),
+        "the owner still finds fact and episode: {body}"
+    );
+}
+
+#[actix_web::test]
+async fn supersession_chain_keeps_history_and_one_concurrent_winner() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (_, a) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user lives in Paris", "fact_type": "identity" }),
+    )
+    .await;
+    let a_id = a["fact"]["id"].as_str().expect("id").to_owned();
+    let (status, b) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user lives in Lyon", "supersedes": a_id }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{b}");
+    assert_eq!(b["decision"]["kind"], "UPDATES");
+    let b_id = b["fact"]["id"].as_str().expect("id").to_owned();
+    let (_, c) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user lives in Nice", "supersedes": b_id }),
+    )
+    .await;
+    let c_id = c["fact"]["id"].as_str().expect("id").to_owned();
+
+    let (status, body) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user lives in Lille", "supersedes": a_id }),
+    )
+    .await;
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "not_active"));
+
+    let recall = |history: bool| json!({ "query": "where does the user live", "include_history": history, "tiers": ["semantic"], "explain": true });
+    let (_, current, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(&owner),
+        Some(recall(false)),
+    )
+    .await;
+    let ids: Vec<&str> = current["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .filter_map(|h| h["id"].as_str())
+        .collect();
+    assert_eq!(ids, vec![c_id.as_str()]);
+    assert_eq!(current["hits"][0]["explain"]["bm25_rank"], 1);
+    let (_, history, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(&owner),
+        Some(recall(true)),
+    )
+    .await;
+    let mut statuses: Vec<(String, String)> = history["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|h| {
+            (
+                h["id"].as_str().unwrap_or("").to_owned(),
+                h["status"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    statuses.sort();
+    let mut expected = vec![
+        (a_id.clone(), "superseded".to_owned()),
+        (b_id.clone(), "superseded".to_owned()),
+        (c_id.clone(), "active".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(statuses, expected);
+    let (_, superseded, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/facts?status=superseded",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(superseded["items"].as_array().map(Vec::len), Some(2));
+
+    // Two concurrent supersessions of C: exactly one wins.
+    let first = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user lives in Brest", "supersedes": c_id }),
+    );
+    let second = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user lives in Metz", "supersedes": c_id }),
+    );
+    let ((s1, _), (s2, _)) = futures_util::future::join(first, second).await;
+    let mut outcomes = [s1, s2];
+    outcomes.sort();
+    assert_eq!(outcomes, [StatusCode::CREATED, StatusCode::CONFLICT]);
+    let (_, active, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/facts?status=active",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(active["items"].as_array().map(Vec::len), Some(1));
+}
+
+#[actix_web::test]
+async fn retraction_tombstones_and_forgetting_erases() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (_, created) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user is vegetarian", "fact_type": "constraint" }),
+    )
+    .await;
+    let id = created["fact"]["id"].as_str().expect("id").to_owned();
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        &format!("/v1/users/u1/facts/{id}/retract"),
+        Some(&owner),
+        Some(json!({ "reason": "misheard" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["fact"]["status"], "retracted");
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        &format!("/v1/users/u1/facts/{id}/retract"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "not_active"));
+
+    let (status, body) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "the user is VEGETARIAN." }),
+    )
+    .await;
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "tombstoned"));
+    assert_eq!(
+        count_facts(service, "acme", "u1").await,
+        1,
+        "the refused write stored nothing"
+    );
+    let (status, body) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user is vegetarian", "reassert": true }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let reasserted = body["fact"]["id"].as_str().expect("id").to_owned();
+    let (_, decisions, _) = call(service, Method::GET, "/v1/users/u1/decisions", Some(&owner), None).await;
+    let kinds: Vec<&str> = decisions["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    for kind in ["NEW", "RETRACTED", "BLOCKED_BY_TOMBSTONE", "TOMBSTONE_LIFTED"] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    let (status, duplicate) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user is vegetarian!" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(duplicate["decision"]["kind"], "DUPLICATE");
+    assert_eq!(duplicate["fact"]["id"], reasserted.as_str());
+
+    let (status, _, _) = call(
+        service,
+        Method::DELETE,
+        &format!("/v1/users/u1/facts/{reasserted}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = call(
+        service,
+        Method::GET,
+        &format!("/v1/users/u1/facts/{reasserted}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, hits, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(&owner),
+        Some(json!({ "query": "vegetarian", "include_history": true })),
+    )
+    .await;
+    assert_eq!(hits["hits"], json!([]));
+    let (_, trail, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/audit?limit=200",
+        Some(&owner),
+        None,
+    )
+    .await;
+    let forget = trail["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|e| e["action"] == "fact.forget")
+        .expect("forget audited");
+    assert_eq!(forget["target_ids"], json!([reasserted]));
+    assert!(
+        forget["detail"]["fingerprint"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("sha256:"))
+    );
+    assert!(
+        !trail.to_string().to_lowercase().contains("vegetarian"),
+        "the audit keeps no content"
+    );
+    let (status, body) = write(service, &owner, "u1", json!({ "text": "The user is vegetarian" })).await;
+    assert_eq!((status, error_code(&body)), (StatusCode::CONFLICT, "tombstoned"));
+}
+
+#[actix_web::test]
+async fn erasing_a_user_returns_an_exact_receipt() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/episodes",
+        Some(&owner),
+        Some(json!({
+            "session_id": "s1",
+            "messages": [
+                { "role": "user", "content": "I started a pottery class" },
+                { "role": "assistant", "content": "Pottery sounds fun!" },
+                { "role": "user", "content": "It is every Tuesday", "timestamp": "2026-01-05T10:00:00Z" }
+            ],
+            "consolidate": "none"
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(
+        body["episode_ids"].as_array().map(Vec::len),
+        Some(2),
+        "assistant turns are not evidence"
+    );
+    assert_eq!(body["consolidation"]["ran"], false);
+    let (_, first) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user takes pottery classes" }),
+    )
+    .await;
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user takes pottery classes on Tuesdays", "supersedes": first["fact"]["id"] }),
+    )
+    .await;
+    let (_, retractable) = write(service, &owner, "u1", json!({ "text": "The user owns a kiln" })).await;
+    call(
+        service,
+        Method::POST,
+        &format!(
+            "/v1/users/u1/facts/{}/retract",
+            retractable["fact"]["id"].as_str().expect("id")
+        ),
+        Some(&owner),
+        None,
+    )
+    .await;
+    let (status, playbook, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/playbooks",
+        Some(&owner),
+        Some(json!({ "name": "Glaze", "trigger": "the user glazes a pot", "steps": ["dip", "dry"] })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let playbook_id = playbook["playbook"]["id"].as_str().expect("id");
+    let (status, version, _) = call(
+        service,
+        Method::POST,
+        &format!("/v1/users/u1/playbooks/{playbook_id}/versions"),
+        Some(&owner),
+        Some(json!({ "steps": ["dip", "dry", "fire"], "base_version": 1 })),
+    )
+    .await;
+    assert_eq!(
+        (status, version["playbook"]["version"].as_u64()),
+        (StatusCode::CREATED, Some(2))
+    );
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        &format!("/v1/users/u1/playbooks/{playbook_id}/versions"),
+        Some(&owner),
+        Some(json!({ "steps": ["x"], "base_version": 1 })),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::CONFLICT, "version_conflict")
+    );
+    let (_, outcome, _) = call(
+        service,
+        Method::POST,
+        &format!("/v1/users/u1/playbooks/{playbook_id}/outcome"),
+        Some(&owner),
+        Some(json!({ "success": false })),
+    )
+    .await;
+    assert_eq!(outcome["playbook"]["failure_count"], 1);
+    write(service, &owner, "u2", json!({ "text": "Another user's fact" })).await;
+
+    let (status, receipt, _) = call(service, Method::DELETE, "/v1/users/u1", Some(&owner), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        receipt["deleted"],
+        json!({ "episodes": 2, "facts": 3, "playbooks": 1, "playbook_versions": 2,
+        "edges": 1, "tombstones": 1, "decisions": 4 })
+    );
+    assert_eq!(count_facts(service, "acme", "u1").await, 0);
+    assert_eq!(count_facts(service, "acme", "u2").await, 1);
+    let (_, trail, _) = call(service, Method::GET, "/v1/users/u1/audit", Some(&owner), None).await;
+    assert_eq!(trail["items"][0]["action"], "user.erase");
+}
+
+#[actix_web::test]
+async fn bad_input_is_refused_clearly_and_stores_nothing() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let bad_bodies = [
+        ("/v1/users/u1/facts", json!({ "text": "" }), "text"),
+        (
+            "/v1/users/u1/facts",
+            json!({ "text": "ok", "colour": "blue" }),
+            "colour",
+        ),
+        ("/v1/users/u1/facts", json!({ "text": "x".repeat(501) }), "limit"),
+        (
+            "/v1/users/u1/facts",
+            json!({ "text": "ok", "valid_from": "yesterday" }),
+            "valid_from",
+        ),
+        (
+            "/v1/users/u1/facts",
+            json!({ "text": "ok", "fact_type": "gossip" }),
+            "fact_type",
+        ),
+        (
+            "/v1/users/u1/facts",
+            json!({ "text": "ok", "confidence": 2.0 }),
+            "confidence",
+        ),
+        (
+            "/v1/users/u1/facts",
+            json!({ "text": "ok", "valid_from": "2026-02-01T00:00:00Z", "valid_to": "2026-01-01T00:00:00Z" }),
+            "valid_to",
+        ),
+        ("/v1/users/u1/episodes", json!({ "messages": [] }), "messages"),
+        (
+            "/v1/users/u1/episodes",
+            json!({ "messages": [{ "role": "robot", "content": "hi" }] }),
+            "role",
+        ),
+        (
+            "/v1/users/u1/episodes",
+            json!({ "messages": [{ "role": "user", "content": "hi", "timestamp": "2026-13-45" }] }),
+            "timestamp",
+        ),
+        (
+            "/v1/users/u1/episodes",
+            json!({ "messages": [{ "role": "assistant", "content": "hi" }] }),
+            "no user message",
+        ),
+        (
+            "/v1/users/u1/recall",
+            json!({ "query": "tea", "tiers": ["dreams"] }),
+            "tier",
+        ),
+        ("/v1/users/u1/recall", json!({ "query": "tea", "k": 0 }), "k"),
+        ("/v1/users/u1/recall", json!({ "query": "   " }), "query"),
+        ("/v1/users/bad%20user/facts", json!({ "text": "ok" }), "user"),
+        (
+            "/v1/users/u1/playbooks",
+            json!({ "name": "n", "trigger": "t", "steps": [] }),
+            "steps",
+        ),
+    ];
+    for (path, body, needle) in bad_bodies {
+        let (status, response, _) = call(service, Method::POST, path, Some(&owner), Some(body.clone())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {response}");
+        assert_eq!(error_code(&response), "invalid_request");
+        assert_error_shape(&response);
+        let message = response["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    }
+    let long_user = "u".repeat(129);
+    let (status, _, _) = call(
+        service,
+        Method::GET,
+        &format!("/v1/users/{long_user}/facts"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, body) = raw(
+        service,
+        "/v1/users/u1/facts",
+        &owner,
+        "application/json",
+        b"{\"text\": ".to_vec(),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request")
+    );
+    let (status, body) = raw(
+        service,
+        "/v1/users/u1/facts",
+        &owner,
+        "application/json",
+        vec![b' '; 17 * 1024],
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    );
+    let (status, _, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/facts?status=maybe",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/facts?limit=100000",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(count_facts(service, "acme", "u1").await, 0);
+    let (_, episodes, _) = call(service, Method::GET, "/v1/users/u1/episodes", Some(&owner), None).await;
+    assert_eq!(episodes["items"], json!([]));
+}
+
+#[actix_web::test]
+async fn tenants_past_their_rate_limit_get_429_with_retry_after() {
+    let harness = harness_with(|config| {
+        config.rate_limit_per_second = 1;
+        config.rate_limit_burst = 3;
+    })
+    .await;
+    let service = &harness.service;
+    let busy = token("busy", ALL);
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for _ in 0..5 {
+        let (status, body, headers) =
+            call(service, Method::GET, "/v1/users/u1/facts", Some(&busy), None).await;
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            assert_eq!(error_code(&body), "rate_limited");
+            retry_after = headers
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+        }
+        statuses.push(status);
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert!(retry_after.is_some_and(|seconds| seconds >= 1));
+    let (status, _, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/facts",
+        Some(&token("quiet", ALL)),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "another tenant is unaffected");
+}
+
+#[actix_web::test]
+async fn operational_routes_and_request_ids() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let (status, body, _) = call(service, Method::GET, "/healthz", None, None).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("ok")));
+    let (status, body, _) = call(service, Method::GET, "/readyz", None, None).await;
+    assert_eq!(
+        (status, body["checks"]["store"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
+    let (status, document, _) = call(service, Method::GET, "/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(document["openapi"], "3.1.0");
+    let owner = token("acme", ALL);
+    for (method, path, _, _) in cairn_server::routes::ROUTES {
+        let method_name = method.to_lowercase();
+        assert!(
+            document["paths"][path][&method_name].is_object(),
+            "{method} {path} missing from the document"
+        );
+        let concrete = path.replace("{user}", "u1").replace("{id}", "none");
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        let (_, body, _) = call(service, method, &concrete, Some(&owner), None).await;
+        assert_ne!(error_code(&body), "route_not_found", "{path} is not served");
+    }
+    let (status, body, _) = call(service, Method::GET, "/v2/nothing", None, None).await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::NOT_FOUND, "route_not_found")
+    );
+
+    let request = test::TestRequest::get()
+        .uri("/v1/users/u1/facts/none")
+        .insert_header(("authorization", format!("Bearer {owner}")))
+        .insert_header(("x-request-id", "trace-me-42"))
+        .to_request();
+    let response = test::call_service(service, request).await;
+    assert_eq!(
+        response
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok()),
+        Some("trace-me-42")
+    );
+    let body: Value = test::read_body_json(response).await;
+    assert_eq!(body["error"]["request_id"], "trace-me-42");
+
+    let (_, created) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user audits everything" }),
+    )
+    .await;
+    let (_, trail, _) = call(service, Method::GET, "/v1/users/u1/audit", Some(&owner), None).await;
+    let event = &trail["items"][0];
+    assert_eq!(event["action"], "fact.create");
+    assert_eq!(event["subject"], "acme-service");
+    assert_eq!(event["target_ids"][0], created["fact"]["id"]);
+    assert!(
+        event["request_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("req_"))
+    );
+
+    let (status, metrics, _) = call(service, Method::GET, "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = metrics.as_str().expect("text");
+    assert!(
+        text.contains(
+            "cairn_http_requests_total{method=\"POST\",route=\"/v1/users/{user}/facts\",status=\"201\"}"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("cairn_http_request_duration_seconds_bucket"));
+}
+
+#[actix_web::test]
+async fn metrics_can_require_an_admin_token() {
+    let harness = harness_with(|config| config.metrics_require_auth = true).await;
+    let service = &harness.service;
+    let (status, _, _) = call(service, Method::GET, "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, _) = call(
+        service,
+        Method::GET,
+        "/metrics",
+        Some(&token("acme", "memory:read")),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = call(
+        service,
+        Method::GET,
+        "/metrics",
+        Some(&token("acme", "memory:admin")),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[actix_web::test]
+async fn profile_and_time_travel() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user's name is Ada", "fact_type": "identity" }),
+    )
+    .await;
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user cannot eat gluten", "fact_type": "constraint" }),
+    )
+    .await;
+    let expires = (chrono::Utc::now() + chrono::Duration::hours(20)).to_rfc3339();
+    let (_, exam) = write(service, &owner, "u1", json!({ "text": "The user has a chemistry exam tomorrow", "fact_type": "event", "expires_at": expires })).await;
+    let (status, profile, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/profile?query=chemistry%20exam",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{profile}");
+    assert_eq!(profile["static"].as_array().map(Vec::len), Some(2));
+    assert_eq!(profile["dynamic"][0]["id"], exam["fact"]["id"]);
+    let context = profile["context"].as_str().expect("context");
+    assert!(
+        context.contains("The user's name is Ada") && context.contains("chemistry exam"),
+        "{context}"
+    );
+
+    let later = (chrono::Utc::now() + chrono::Duration::days(2)).to_rfc3339();
+    let (_, hits, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(&owner),
+        Some(json!({ "query": "chemistry exam", "as_of": later })),
+    )
+    .await;
+    assert_eq!(hits["hits"], json!([]), "expired by then");
+    let (_, expired, _) = call(
+        service,
+        Method::GET,
+        &format!(
+            "/v1/users/u1/facts?status=expired&as_of={}",
+            later.replace('+', "%2B")
+        ),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(expired["items"][0]["id"], exam["fact"]["id"]);
+    let (_, fact, _) = call(
+        service,
+        Method::GET,
+        &format!("/v1/users/u1/facts/{}", exam["fact"]["id"].as_str().expect("id")),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(
+        fact["use_count"], 1,
+        "returned by the profile's recall, so used once"
+    );
+}

@@ -1,0 +1,832 @@
+//! The store conformance suite. Each backend's tests call [`conformance_suite!`] with
+//! an expression that builds a fresh, empty store; every check below then runs against
+//! that backend, so all backends are held to the same behaviour.
+
+use cairn_core::text::fingerprint;
+use cairn_core::{
+    AuditEvent, Change, ChangeSet, Edge, EdgeKind, Error, Fact, FactStatus, FactType, Memory, MemoryStore,
+    PageRequest, Permission, Playbook, Principal, Scope, StatusFilter, TenantId, TextQuery, Tier, Tombstone,
+    TombstoneReason, new_id,
+};
+use chrono::{DateTime, Duration, Utc};
+use std::sync::Arc;
+
+/// Generates one `#[tokio::test]` per conformance check for the store built by `$make`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:expr) => {
+        $crate::conformance_suite!(@tests $make;
+            facts_are_visible_only_in_their_scope,
+            search_is_restricted_to_the_scope,
+            supersession_is_owner_checked_and_atomic,
+            concurrent_supersessions_let_exactly_one_win,
+            tombstones_block_reinsertion_until_lifted,
+            erased_facts_leave_no_trace_in_reads_or_search,
+            search_respects_currency_at_as_of,
+            listing_filters_by_status_and_pages,
+            erasing_a_scope_counts_and_spares_other_scopes,
+            playbook_versions_are_conditional,
+            usage_is_counted,
+            episodes_are_searchable_by_session,
+        );
+    };
+    (@tests $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let store: std::sync::Arc<dyn cairn_core::MemoryStore> = std::sync::Arc::new($make);
+                $crate::$name(store).await;
+            }
+        )*
+    };
+}
+
+/// A scope as the authentication layer would produce it.
+#[allow(clippy::disallowed_methods)]
+pub fn scope(tenant: &str, user: &str) -> Scope {
+    let tenant = TenantId::parse(tenant).expect("valid tenant");
+    Principal::from_verified_credential("conformance".into(), tenant, None, vec![Permission::Admin])
+        .scope_for(user, Permission::Admin)
+        .expect("valid scope")
+}
+
+fn audit(scope: &Scope, action: &str) -> AuditEvent {
+    AuditEvent {
+        id: new_id("aud"),
+        at: Utc::now(),
+        subject: scope.subject().to_owned(),
+        tenant: scope.tenant().as_str().to_owned(),
+        user: scope.user().as_str().to_owned(),
+        action: action.to_owned(),
+        target_ids: Vec::new(),
+        request_id: "req_conformance".into(),
+        detail: serde_json::Value::Null,
+    }
+}
+
+pub fn fact(text: &str, created_at: DateTime<Utc>) -> Fact {
+    Fact {
+        id: new_id("fact"),
+        fact_type: FactType::Preference,
+        text: text.to_owned(),
+        confidence: 0.9,
+        status: FactStatus::Active,
+        source_episode_ids: vec!["epi_1".into()],
+        source_span: None,
+        created_at,
+        superseded_at: None,
+        superseded_by: None,
+        retracted_at: None,
+        retraction_reason: None,
+        valid_from: None,
+        valid_to: None,
+        expires_at: None,
+        last_used_at: None,
+        use_count: 0,
+        embedding: Some(vec![0.25, -0.5, 1.0]),
+    }
+}
+
+async fn insert(store: &dyn MemoryStore, scope: &Scope, fact: &Fact) {
+    store
+        .commit(
+            scope,
+            ChangeSet::new(audit(scope, "fact.create")).with(Change::InsertFact(fact.clone())),
+        )
+        .await
+        .expect("insert fact");
+}
+
+async fn search(
+    store: &dyn MemoryStore,
+    scope: &Scope,
+    text: &str,
+    as_of: DateTime<Utc>,
+    history: bool,
+) -> Vec<String> {
+    store
+        .search_text(
+            scope,
+            &TextQuery {
+                tier: Tier::Semantic,
+                text: text.to_owned(),
+                as_of,
+                include_history: history,
+                fact_types: Vec::new(),
+                session_id: None,
+                limit: 50,
+            },
+        )
+        .await
+        .expect("search")
+        .into_iter()
+        .map(|hit| hit.memory.id().to_owned())
+        .collect()
+}
+
+fn supersede(scope: &Scope, old: &Fact, new: &Fact) -> ChangeSet {
+    ChangeSet::new(audit(scope, "fact.supersede"))
+        .with(Change::SupersedeFact {
+            fact_id: old.id.clone(),
+            superseded_by: new.id.clone(),
+            at: new.created_at,
+        })
+        .with(Change::InsertEdge(Edge {
+            from_fact_id: new.id.clone(),
+            to_fact_id: old.id.clone(),
+            kind: EdgeKind::Updates,
+            created_at: new.created_at,
+        }))
+        .with(Change::InsertFact(new.clone()))
+}
+
+pub async fn facts_are_visible_only_in_their_scope(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let other_tenant_alice = scope("globex", "alice");
+    let record = fact("Alice prefers green tea", Utc::now());
+    insert(store.as_ref(), &alice, &record).await;
+    let found = store
+        .get_fact(&alice, &record.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(found.text, record.text);
+    assert_eq!(found.embedding, record.embedding);
+    assert_eq!(found.source_episode_ids, record.source_episode_ids);
+    assert!(store.get_fact(&bob, &record.id).await.expect("get").is_none());
+    assert!(
+        store
+            .get_fact(&other_tenant_alice, &record.id)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    let listed = store
+        .list_facts(
+            &other_tenant_alice,
+            StatusFilter::All,
+            Utc::now(),
+            &PageRequest {
+                limit: 10,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("list");
+    assert!(listed.items.is_empty());
+    let audit_of_other = store
+        .list_audit(
+            &other_tenant_alice,
+            &PageRequest {
+                limit: 10,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("audit");
+    assert!(audit_of_other.items.is_empty());
+    let own_audit = store
+        .list_audit(
+            &alice,
+            &PageRequest {
+                limit: 10,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("audit");
+    assert_eq!(own_audit.items.len(), 1);
+    assert_eq!(own_audit.items[0].tenant, "acme");
+}
+
+pub async fn search_is_restricted_to_the_scope(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let mallory = scope("evil", "alice");
+    let now = Utc::now();
+    insert(
+        store.as_ref(),
+        &alice,
+        &fact("The user owns a sailboat named Aurora", now),
+    )
+    .await;
+    insert(
+        store.as_ref(),
+        &mallory,
+        &fact("The user owns a sailboat named Borealis", now),
+    )
+    .await;
+    let hits = search(store.as_ref(), &alice, "sailboat", now, false).await;
+    assert_eq!(hits.len(), 1);
+    let mallory_hits = search(store.as_ref(), &mallory, "aurora", now, false).await;
+    assert!(
+        mallory_hits.is_empty(),
+        "a term present only in another scope must not match"
+    );
+    // Query syntax in the text is treated as plain words.
+    let odd = search(
+        store.as_ref(),
+        &alice,
+        "sailboat\" OR scope_key : * NEAR(",
+        now,
+        false,
+    )
+    .await;
+    assert_eq!(odd.len(), 1);
+    assert!(search(store.as_ref(), &alice, "!!!", now, false).await.is_empty());
+}
+
+pub async fn supersession_is_owner_checked_and_atomic(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let intruder = scope("globex", "alice");
+    let now = Utc::now();
+    let first = fact("The user lives in Paris", now);
+    insert(store.as_ref(), &alice, &first).await;
+    let hijack = fact("The user lives in Moscow", now);
+    let refused = store
+        .commit(&intruder, supersede(&intruder, &first, &hijack))
+        .await;
+    assert!(matches!(refused, Err(Error::NotFound { .. })), "{refused:?}");
+    assert!(
+        store
+            .get_fact(&intruder, &hijack.id)
+            .await
+            .expect("get")
+            .is_none(),
+        "nothing written"
+    );
+    let current = store
+        .get_fact(&alice, &first.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(current.status, FactStatus::Active);
+
+    let second = fact("The user lives in Lyon", now + Duration::seconds(1));
+    store
+        .commit(&alice, supersede(&alice, &first, &second))
+        .await
+        .expect("supersede");
+    let old = store
+        .get_fact(&alice, &first.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(old.status, FactStatus::Superseded);
+    assert_eq!(old.superseded_by.as_deref(), Some(second.id.as_str()));
+
+    let third = fact("The user lives in Nice", now + Duration::seconds(2));
+    let stale = store.commit(&alice, supersede(&alice, &first, &third)).await;
+    assert!(
+        matches!(
+            stale,
+            Err(Error::Conflict {
+                code: "not_active",
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    assert!(
+        store.get_fact(&alice, &third.id).await.expect("get").is_none(),
+        "rolled back"
+    );
+}
+
+pub async fn concurrent_supersessions_let_exactly_one_win(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let now = Utc::now();
+    let original = fact("The user drives a blue car", now);
+    insert(store.as_ref(), &alice, &original).await;
+    let mut tasks = Vec::new();
+    for colour in ["red", "green", "white", "black"] {
+        let store = Arc::clone(&store);
+        let alice = alice.clone();
+        let original = original.clone();
+        tasks.push(tokio::spawn(async move {
+            let replacement = fact(&format!("The user drives a {colour} car"), Utc::now());
+            store
+                .commit(&alice, supersede(&alice, &original, &replacement))
+                .await
+        }));
+    }
+    let mut wins = 0;
+    for task in tasks {
+        match task.await.expect("task") {
+            Ok(()) => wins += 1,
+            Err(Error::Conflict {
+                code: "not_active", ..
+            }) => {}
+            Err(other) => panic!("unexpected error {other:?}"),
+        }
+    }
+    assert_eq!(wins, 1);
+    let active = store
+        .list_facts(
+            &alice,
+            StatusFilter::Only(FactStatus::Active),
+            Utc::now(),
+            &PageRequest {
+                limit: 50,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("list");
+    assert_eq!(active.items.len(), 1, "exactly one replacement is current");
+}
+
+pub async fn tombstones_block_reinsertion_until_lifted(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let now = Utc::now();
+    let record = fact("The user is allergic to peanuts", now);
+    insert(store.as_ref(), &alice, &record).await;
+    let tombstone = Tombstone {
+        id: new_id("tomb"),
+        fingerprint: fingerprint(&record.text),
+        fact_id: record.id.clone(),
+        reason: TombstoneReason::Retracted,
+        created_at: now,
+        lifted_at: None,
+    };
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "fact.retract"))
+                .with(Change::RetractFact {
+                    fact_id: record.id.clone(),
+                    reason: Some("never true".into()),
+                    at: now,
+                })
+                .with(Change::InsertTombstone(tombstone.clone())),
+        )
+        .await
+        .expect("retract");
+    let retracted = store
+        .get_fact(&alice, &record.id)
+        .await
+        .expect("get")
+        .expect("kept");
+    assert_eq!(retracted.status, FactStatus::Retracted);
+    assert!(
+        search(store.as_ref(), &alice, "peanuts", Utc::now(), true)
+            .await
+            .is_empty()
+    );
+
+    let again = fact("the user is ALLERGIC to peanuts!", Utc::now());
+    let blocked = store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "fact.create")).with(Change::InsertFact(again.clone())),
+        )
+        .await;
+    assert!(matches!(blocked, Err(Error::Tombstoned { .. })), "{blocked:?}");
+    let found = store
+        .find_tombstone(&alice, &fingerprint(&again.text))
+        .await
+        .expect("find");
+    assert_eq!(found.map(|t| t.id), Some(tombstone.id.clone()));
+    assert!(
+        store
+            .find_tombstone(&bob, &fingerprint(&again.text))
+            .await
+            .expect("find")
+            .is_none()
+    );
+    // Another scope is unaffected by this scope's tombstone.
+    insert(
+        store.as_ref(),
+        &bob,
+        &fact("The user is allergic to peanuts", Utc::now()),
+    )
+    .await;
+
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "fact.reassert"))
+                .with(Change::LiftTombstone {
+                    tombstone_id: tombstone.id.clone(),
+                    at: Utc::now(),
+                })
+                .with(Change::InsertFact(again.clone())),
+        )
+        .await
+        .expect("reassert after lifting");
+    assert!(
+        store
+            .find_tombstone(&alice, &fingerprint(&again.text))
+            .await
+            .expect("find")
+            .is_none()
+    );
+}
+
+pub async fn erased_facts_leave_no_trace_in_reads_or_search(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let now = Utc::now();
+    let old = fact("The user works at Initech", now);
+    let new = fact("The user works at Globex", now + Duration::seconds(1));
+    insert(store.as_ref(), &alice, &old).await;
+    store
+        .commit(&alice, supersede(&alice, &old, &new))
+        .await
+        .expect("supersede");
+    let refused = store
+        .commit(
+            &scope("other", "alice"),
+            ChangeSet::new(audit(&alice, "fact.forget")).with(Change::EraseFact {
+                fact_id: new.id.clone(),
+            }),
+        )
+        .await;
+    assert!(matches!(refused, Err(Error::NotFound { .. })));
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "fact.forget")).with(Change::EraseFact {
+                fact_id: new.id.clone(),
+            }),
+        )
+        .await
+        .expect("erase");
+    assert!(store.get_fact(&alice, &new.id).await.expect("get").is_none());
+    assert!(
+        search(store.as_ref(), &alice, "globex", Utc::now(), true)
+            .await
+            .is_empty()
+    );
+    let old = store.get_fact(&alice, &old.id).await.expect("get").expect("kept");
+    assert_eq!(old.superseded_by, None, "links to an erased fact are dropped");
+}
+
+pub async fn search_respects_currency_at_as_of(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let start = Utc::now() - Duration::hours(10);
+    let paris = fact("The user lives in Paris near the river", start);
+    insert(store.as_ref(), &alice, &paris).await;
+    let lyon = fact(
+        "The user lives in Lyon near the river",
+        start + Duration::hours(5),
+    );
+    store
+        .commit(&alice, supersede(&alice, &paris, &lyon))
+        .await
+        .expect("supersede");
+    let mut exam = fact("The user has a river biology exam", start);
+    exam.expires_at = Some(start + Duration::hours(2));
+    insert(store.as_ref(), &alice, &exam).await;
+    let mut lease = fact("The user rents a river cabin", start);
+    lease.valid_from = Some(start + Duration::hours(1));
+    lease.valid_to = Some(start + Duration::hours(3));
+    insert(store.as_ref(), &alice, &lease).await;
+
+    let now_hits = search(store.as_ref(), &alice, "river", Utc::now(), false).await;
+    assert_eq!(
+        now_hits,
+        vec![lyon.id.clone()],
+        "superseded, expired and out-of-validity facts are not current"
+    );
+    let with_history = search(store.as_ref(), &alice, "river", Utc::now(), true).await;
+    assert!(with_history.contains(&paris.id) && with_history.contains(&lyon.id));
+    assert!(!with_history.contains(&exam.id));
+
+    let earlier = search(
+        store.as_ref(),
+        &alice,
+        "river",
+        start + Duration::minutes(90),
+        false,
+    )
+    .await;
+    assert!(
+        earlier.contains(&paris.id),
+        "before its supersession Paris was current"
+    );
+    assert!(!earlier.contains(&lyon.id), "Lyon was not known yet");
+    assert!(earlier.contains(&exam.id) && earlier.contains(&lease.id));
+    assert!(
+        search(store.as_ref(), &alice, "river", start - Duration::hours(1), false)
+            .await
+            .is_empty()
+    );
+}
+
+pub async fn listing_filters_by_status_and_pages(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let now = Utc::now();
+    let mut ids = Vec::new();
+    for index in 0..5 {
+        let record = fact(&format!("Fact number {index}"), now);
+        insert(store.as_ref(), &alice, &record).await;
+        ids.push(record.id);
+    }
+    let mut expiring = fact("The user is travelling this week", now - Duration::days(8));
+    expiring.expires_at = Some(now - Duration::days(1));
+    insert(store.as_ref(), &alice, &expiring).await;
+    let page = |cursor| PageRequest { limit: 2, cursor };
+    let active = StatusFilter::Only(FactStatus::Active);
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let batch = store
+            .list_facts(&alice, active, now, &page(cursor))
+            .await
+            .expect("page");
+        assert!(batch.items.len() <= 2);
+        seen.extend(batch.items.iter().map(|f| f.id.clone()));
+        match batch.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    ids.reverse();
+    assert_eq!(seen, ids, "newest first, every active fact once");
+    let expired = store
+        .list_facts(
+            &alice,
+            StatusFilter::Only(FactStatus::Expired),
+            now,
+            &PageRequest {
+                limit: 10,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("expired");
+    assert_eq!(
+        expired.items.iter().map(|f| f.id.clone()).collect::<Vec<_>>(),
+        vec![expiring.id.clone()]
+    );
+    let bad = store
+        .list_facts(
+            &alice,
+            active,
+            now,
+            &PageRequest {
+                limit: 2,
+                cursor: Some("not-a-cursor".into()),
+            },
+        )
+        .await;
+    assert!(matches!(bad, Err(Error::Invalid { .. })));
+}
+
+pub async fn erasing_a_scope_counts_and_spares_other_scopes(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let now = Utc::now();
+    let episodes = (0..3)
+        .map(|index| cairn_core::Episode {
+            id: new_id("epi"),
+            session_id: Some("s1".into()),
+            text: format!("message {index} about gardening"),
+            occurred_at: now,
+            ingested_at: now,
+            embedding: None,
+        })
+        .collect::<Vec<_>>();
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "episode.ingest")).with(Change::InsertEpisodes(episodes)),
+        )
+        .await
+        .expect("episodes");
+    let first = fact("The user grows tomatoes", now);
+    insert(store.as_ref(), &alice, &first).await;
+    let second = fact("The user grows peppers", now);
+    store
+        .commit(&alice, supersede(&alice, &first, &second))
+        .await
+        .expect("supersede");
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(playbook(now))),
+        )
+        .await
+        .expect("playbook");
+    insert(store.as_ref(), &bob, &fact("The user grows tomatoes", now)).await;
+
+    let receipt = store
+        .erase_scope(&alice, audit(&alice, "user.erase"))
+        .await
+        .expect("erase");
+    assert_eq!(receipt.episodes, 3);
+    assert_eq!(receipt.facts, 2);
+    assert_eq!(receipt.playbooks, 1);
+    assert_eq!(receipt.playbook_versions, 1);
+    assert_eq!(receipt.edges, 1);
+    assert!(
+        search(store.as_ref(), &alice, "tomatoes", Utc::now(), true)
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        search(store.as_ref(), &bob, "tomatoes", Utc::now(), true)
+            .await
+            .len(),
+        1
+    );
+    let trail = store
+        .list_audit(
+            &alice,
+            &PageRequest {
+                limit: 50,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("audit");
+    assert_eq!(trail.items.first().map(|e| e.action.as_str()), Some("user.erase"));
+}
+
+fn playbook(at: DateTime<Utc>) -> Playbook {
+    Playbook {
+        id: new_id("pb"),
+        name: "Deploy".into(),
+        trigger: "the user asks to ship a release".into(),
+        steps: vec!["run the tests".into(), "tag the release".into()],
+        version: 1,
+        success_count: 0,
+        failure_count: 0,
+        created_at: at,
+        updated_at: at,
+        last_used_at: None,
+        use_count: 0,
+        embedding: None,
+    }
+}
+
+pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let now = Utc::now();
+    let first = playbook(now);
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(first.clone())),
+        )
+        .await
+        .expect("create");
+    let mut second = first.clone();
+    second.version = 2;
+    second.steps.push("announce it".into());
+    let append = |expected_version, playbook: &Playbook| {
+        ChangeSet::new(audit(&alice, "playbook.version")).with(Change::AppendPlaybookVersion {
+            expected_version,
+            playbook: playbook.clone(),
+        })
+    };
+    store.commit(&alice, append(1, &second)).await.expect("version 2");
+    let stale = store.commit(&alice, append(1, &second)).await;
+    assert!(
+        matches!(
+            stale,
+            Err(Error::Conflict {
+                code: "version_conflict",
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    let foreign = store.commit(&scope("globex", "alice"), append(2, &second)).await;
+    assert!(matches!(foreign, Err(Error::NotFound { .. })));
+    for success in [true, true, false] {
+        store
+            .commit(
+                &alice,
+                ChangeSet::new(audit(&alice, "playbook.outcome")).with(Change::RecordPlaybookOutcome {
+                    playbook_id: first.id.clone(),
+                    success,
+                    at: now,
+                }),
+            )
+            .await
+            .expect("outcome");
+    }
+    let current = store
+        .get_playbook(&alice, &first.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(
+        (current.version, current.success_count, current.failure_count),
+        (2, 2, 1)
+    );
+    assert_eq!(current.steps.len(), 3);
+    let versions = store
+        .playbook_versions(&alice, &first.id)
+        .await
+        .expect("versions");
+    assert_eq!(
+        versions.iter().map(|v| v.steps.len()).collect::<Vec<_>>(),
+        vec![2, 3]
+    );
+    let hits = store
+        .search_text(
+            &alice,
+            &TextQuery {
+                tier: Tier::Procedural,
+                text: "announce release".into(),
+                as_of: Utc::now(),
+                include_history: false,
+                fact_types: Vec::new(),
+                session_id: None,
+                limit: 5,
+            },
+        )
+        .await
+        .expect("search");
+    assert!(matches!(hits.first().map(|h| &h.memory), Some(Memory::Playbook(p)) if p.version == 2));
+}
+
+pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let record = fact("The user likes jazz", Utc::now());
+    insert(store.as_ref(), &alice, &record).await;
+    let ids = vec![record.id.clone()];
+    store.record_usage(&alice, &ids, Utc::now()).await.expect("usage");
+    store.record_usage(&alice, &ids, Utc::now()).await.expect("usage");
+    store
+        .record_usage(&scope("globex", "alice"), &ids, Utc::now())
+        .await
+        .expect("no-op elsewhere");
+    let used = store
+        .get_fact(&alice, &record.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(used.use_count, 2);
+    assert!(used.last_used_at.is_some());
+}
+
+pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let now = Utc::now();
+    let make = |session: &str, text: &str| cairn_core::Episode {
+        id: new_id("epi"),
+        session_id: Some(session.to_owned()),
+        text: text.to_owned(),
+        occurred_at: now - Duration::days(3),
+        ingested_at: now,
+        embedding: None,
+    };
+    let first = make("s1", "I adopted a puppy called Biscuit");
+    let second = make("s2", "Biscuit chewed my shoes");
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "episode.ingest"))
+                .with(Change::InsertEpisodes(vec![first.clone(), second.clone()])),
+        )
+        .await
+        .expect("ingest");
+    let query = |session: Option<&str>| TextQuery {
+        tier: Tier::Episodic,
+        text: "biscuit".into(),
+        as_of: Utc::now(),
+        include_history: false,
+        fact_types: Vec::new(),
+        session_id: session.map(str::to_owned),
+        limit: 10,
+    };
+    assert_eq!(
+        store
+            .search_text(&alice, &query(None))
+            .await
+            .expect("search")
+            .len(),
+        2
+    );
+    let only_s2 = store
+        .search_text(&alice, &query(Some("s2")))
+        .await
+        .expect("search");
+    assert_eq!(
+        only_s2
+            .iter()
+            .map(|h| h.memory.id().to_owned())
+            .collect::<Vec<_>>(),
+        vec![second.id.clone()]
+    );
+    let stored = store
+        .get_episode(&alice, &first.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(
+        stored.occurred_at.timestamp_micros(),
+        first.occurred_at.timestamp_micros()
+    );
+    assert!(
+        store
+            .get_episode(&scope("acme", "bob"), &first.id)
+            .await
+            .expect("get")
+            .is_none()
+    );
+}
