@@ -10,6 +10,32 @@ pub fn tokens(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Common English function words, plus "user": facts are written about the user in the
+/// third person, so it appears in nearly every record. Full-text queries leave these out.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "did", "do",
+    "does", "for", "from", "had", "has", "have", "he", "her", "him", "his", "how", "i", "if", "in", "into",
+    "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them",
+    "then", "there", "these", "they", "this", "to", "user", "users", "was", "we", "were", "what", "when",
+    "where", "which", "who", "whom", "why", "will", "with", "would", "you", "your",
+];
+
+/// The distinct tokens of a search query, without stopwords (unless the query holds
+/// nothing else), in first-seen order.
+pub fn query_terms(text: &str) -> Vec<String> {
+    let mut all = tokens(text);
+    let mut seen = std::collections::HashSet::new();
+    all.retain(|token| seen.insert(token.clone()));
+    let content: Vec<String> = all
+        .iter()
+        // Single letters are clitics ("user's", "don't") rather than words.
+        .filter(|token| !STOPWORDS.contains(&token.as_str()))
+        .filter(|token| token.chars().count() > 1 || token.chars().all(|c| c.is_numeric()))
+        .cloned()
+        .collect();
+    if content.is_empty() { all } else { content }
+}
+
 /// The canonical form two values must share to count as the same value:
 /// lower-case alphanumeric tokens joined by single spaces.
 pub fn normalize(text: &str) -> String {
@@ -36,6 +62,17 @@ mod tests {
         assert_eq!(fingerprint("Lives in Paris."), fingerprint("lives   in paris"));
         assert_ne!(fingerprint("Lives in Paris"), fingerprint("Lives in Lyon"));
         assert!(fingerprint("x").starts_with("sha256:"));
+    }
+
+    #[test]
+    fn query_terms_drop_stopwords_and_repeats() {
+        assert_eq!(
+            query_terms("Where does the user's cat live? The cat!"),
+            vec!["cat", "live"]
+        );
+        assert_eq!(query_terms("born in 7 BC"), vec!["born", "7", "bc"]);
+        assert_eq!(query_terms("who is it"), vec!["who", "is", "it"]);
+        assert!(query_terms("...").is_empty());
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
 
 /// Each full-text table indexes the record text plus a per-scope token (`scope_key`,
 /// weight 0 in ranking), so a full-text match is restricted to the scope inside the
-/// index itself, before any join.
+/// index itself, before any join. Text is Porter-stemmed ("lives" matches "live").
 const SCHEMA: &str = r#"
 CREATE TABLE episodes (
     seq INTEGER PRIMARY KEY,
@@ -53,7 +53,7 @@ CREATE TABLE episodes (
     embedding BLOB
 );
 CREATE INDEX episodes_scope ON episodes (tenant, user_id, seq);
-CREATE VIRTUAL TABLE episodes_fts USING fts5 (text, scope_key, tokenize = 'unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE episodes_fts USING fts5 (text, scope_key, tokenize = 'porter unicode61 remove_diacritics 2');
 INSERT INTO episodes_fts (episodes_fts, rank) VALUES ('secure-delete', 1);
 
 CREATE TABLE facts (
@@ -82,7 +82,7 @@ CREATE TABLE facts (
 );
 CREATE INDEX facts_scope ON facts (tenant, user_id, seq);
 CREATE INDEX facts_fingerprint ON facts (tenant, user_id, fingerprint);
-CREATE VIRTUAL TABLE facts_fts USING fts5 (text, scope_key, tokenize = 'unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE facts_fts USING fts5 (text, scope_key, tokenize = 'porter unicode61 remove_diacritics 2');
 INSERT INTO facts_fts (facts_fts, rank) VALUES ('secure-delete', 1);
 
 CREATE TABLE edges (
@@ -128,7 +128,7 @@ CREATE TABLE playbooks (
     embedding BLOB
 );
 CREATE INDEX playbooks_scope ON playbooks (tenant, user_id, seq);
-CREATE VIRTUAL TABLE playbooks_fts USING fts5 (text, scope_key, tokenize = 'unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE playbooks_fts USING fts5 (text, scope_key, tokenize = 'porter unicode61 remove_diacritics 2');
 INSERT INTO playbooks_fts (playbooks_fts, rank) VALUES ('secure-delete', 1);
 
 CREATE TABLE playbook_versions (

@@ -1,7 +1,7 @@
 //! BM25 full-text search per tier, with scope and currency inside the query.
 
 use crate::rows::{self, micros, scope_key};
-use cairn_core::text::tokens;
+use cairn_core::text::query_terms;
 use cairn_core::{Error, Memory, Result, Scope, TextHit, TextQuery, Tier};
 use rusqlite::Connection;
 use rusqlite::types::Value;
@@ -10,9 +10,7 @@ use rusqlite::types::Value;
 /// tokens are alternatives. Every token is quoted, so no user input is ever parsed as
 /// FTS5 syntax. `None` when the text has no searchable token.
 fn match_expression(scope: &Scope, text: &str) -> Option<String> {
-    let mut terms = tokens(text);
-    terms.sort();
-    terms.dedup();
+    let terms = query_terms(text);
     if terms.is_empty() {
         return None;
     }

@@ -2,13 +2,11 @@
 
 use cairn_store_sqlite::SqliteStore;
 
-/// A store in a fresh temporary directory, kept alive for the test's duration.
-fn fresh_store() -> SqliteStore {
+/// A store in a fresh temporary directory, removed when the test ends.
+fn fresh_store() -> (SqliteStore, tempfile::TempDir) {
     let directory = tempfile::tempdir().expect("temp dir");
     let store = SqliteStore::open(directory.path()).expect("open store");
-    // The directory must outlive the store; leak it for the (short) test process.
-    std::mem::forget(directory);
-    store
+    (store, directory)
 }
 
 cairn_store_tests::conformance_suite!(fresh_store());

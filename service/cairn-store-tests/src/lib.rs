@@ -11,7 +11,9 @@ use cairn_core::{
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
 
-/// Generates one `#[tokio::test]` per conformance check for the store built by `$make`.
+/// Generates one `#[tokio::test]` per conformance check. `$make` is an expression that
+/// evaluates to `(store, guard)`: a fresh empty store and whatever must live as long as
+/// it (a temporary directory, a test index prefix), dropped when the test ends.
 #[macro_export]
 macro_rules! conformance_suite {
     ($make:expr) => {
@@ -34,8 +36,10 @@ macro_rules! conformance_suite {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                let store: std::sync::Arc<dyn cairn_core::MemoryStore> = std::sync::Arc::new($make);
+                let (store, guard) = $make;
+                let store: std::sync::Arc<dyn cairn_core::MemoryStore> = std::sync::Arc::new(store);
                 $crate::$name(store).await;
+                drop(guard);
             }
         )*
     };
