@@ -57,6 +57,9 @@ pub struct Config {
     pub dev: bool,
     pub workers: usize,
     pub bump_usage_on_recall: bool,
+    /// Comma-separated hosts (or host:port) the MCP endpoint answers to; unset means
+    /// loopback only, `*` disables the check (put a trusted proxy in front then).
+    pub mcp_allowed_hosts: Option<String>,
 }
 
 impl Default for Config {
@@ -88,6 +91,7 @@ impl Default for Config {
             dev: false,
             workers: 2,
             bump_usage_on_recall: true,
+            mcp_allowed_hosts: None,
         }
     }
 }
@@ -128,6 +132,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("dev", Kind::Boolean),
     ("workers", Kind::Integer),
     ("bump_usage_on_recall", Kind::Boolean),
+    ("mcp_allowed_hosts", Kind::Text),
 ];
 
 /// A configuration problem, naming the key (or environment variable) at fault.
@@ -256,6 +261,14 @@ impl Config {
         if self.workers == 0 {
             return Err(config_error("CAIRN_WORKERS", "must be positive"));
         }
+        if self.mcp_allowed_hosts().is_some_and(|hosts| hosts.is_empty())
+            && self.mcp_allowed_hosts.as_deref().map(str::trim) != Some("*")
+        {
+            return Err(config_error(
+                "CAIRN_MCP_ALLOWED_HOSTS",
+                "lists no host; use * to disable the check",
+            ));
+        }
         if let Some(endpoint) = &self.otlp_endpoint
             && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
         {
@@ -265,6 +278,23 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// The MCP endpoint's accepted `Host` values: `None` keeps the loopback-only default,
+    /// an empty list (from `*`) disables the check.
+    pub fn mcp_allowed_hosts(&self) -> Option<Vec<String>> {
+        let hosts = self.mcp_allowed_hosts.as_deref()?;
+        if hosts.trim() == "*" {
+            return Some(Vec::new());
+        }
+        Some(
+            hosts
+                .split(',')
+                .map(str::trim)
+                .filter(|host| !host.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
     }
 
     /// Where development mode keeps its generated HS256 secret.

@@ -3,6 +3,7 @@
 
 use crate::auth::{AuthError, Verifier};
 use crate::error::{ApiError, REQUEST_ID, json_error};
+use crate::mcp::CairnMcp;
 use crate::metrics::Metrics;
 use crate::routes;
 use actix_web::body::MessageBody;
@@ -14,6 +15,7 @@ use cairn_app::{Cairn, RequestContext};
 use cairn_core::{Permission, Principal, Scope, new_id};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use rmcp_actix_web::transport::StreamableHttpService;
 use std::future::{Ready, ready};
 use std::num::NonZeroU32;
 use std::time::Instant;
@@ -27,6 +29,8 @@ pub struct AppState {
     pub metrics: Metrics,
     pub max_body_bytes: usize,
     pub metrics_require_auth: bool,
+    /// The MCP transport, built once and shared by every worker.
+    pub mcp: StreamableHttpService<CairnMcp>,
 }
 
 impl AppState {
@@ -37,6 +41,7 @@ impl AppState {
         rate_limit_burst: u32,
         max_body_bytes: usize,
         metrics_require_auth: bool,
+        mcp_allowed_hosts: Option<Vec<String>>,
     ) -> anyhow::Result<Self> {
         let limiter = match (
             NonZeroU32::new(rate_limit_per_second),
@@ -45,7 +50,9 @@ impl AppState {
             (Some(rate), Some(burst)) => Some(RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))),
             _ => None,
         };
+        let mcp = crate::mcp::service(cairn.clone(), max_body_bytes, mcp_allowed_hosts);
         Ok(AppState {
+            mcp,
             cairn,
             verifier,
             limiter,
@@ -90,7 +97,9 @@ impl Authenticated {
     }
 }
 
-fn authenticate(request: &HttpRequest) -> Result<Authenticated, ApiError> {
+/// Verifies the bearer token, applies the tenant's rate limit and records the tenant in
+/// the request span. REST routes and the MCP endpoint share this one check.
+pub fn authenticate(request: &HttpRequest) -> Result<Authenticated, ApiError> {
     let state = request
         .app_data::<web::Data<AppState>>()
         .ok_or_else(|| ApiError::Core(cairn_core::Error::Storage("application state missing".into())))?;
@@ -192,6 +201,7 @@ async fn request_middleware(
 pub fn configure(state: web::Data<AppState>) -> impl FnOnce(&mut web::ServiceConfig) {
     move |config: &mut web::ServiceConfig| {
         let limit = state.max_body_bytes;
+        crate::mcp::register(config, &state);
         config
             .app_data(state)
             .app_data(

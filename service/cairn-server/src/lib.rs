@@ -5,6 +5,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
@@ -98,5 +99,6 @@ pub fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         config.rate_limit_burst,
         config.max_body_bytes,
         config.metrics_require_auth,
+        config.mcp_allowed_hosts(),
     )
 }

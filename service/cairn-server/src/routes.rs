@@ -130,6 +130,12 @@ pub const ROUTES: &[(&str, &str, Option<Permission>, &str)] = &[
         Some(Permission::Admin),
         "Erase the whole user",
     ),
+    (
+        "POST",
+        "/mcp",
+        Some(Permission::Read),
+        "MCP streamable HTTP endpoint; each tool checks its own scope",
+    ),
     ("GET", "/healthz", None, "Liveness"),
     ("GET", "/readyz", None, "Readiness: store reachable"),
     ("GET", "/metrics", None, "Prometheus metrics"),

@@ -9,6 +9,9 @@ use cairn_server::config::Config;
 use cairn_server::{build_state, http};
 use serde_json::{Value, json};
 
+#[path = "api/mcp.rs"]
+mod mcp;
+
 const SECRET: &str = "test-secret-test-secret-test-secret!";
 
 struct Harness<S> {
