@@ -70,6 +70,7 @@ class Server:
             "CAIRN_JWT_SECRET": SECRET,
             "CAIRN_RATE_LIMIT_PER_SECOND": "0",
             "CAIRN_LOG_LEVEL": "warn",
+            "CAIRN_MODELS_DIR": os.environ.get("CAIRN_MODELS_DIR", str(REPO / ".models")),
         }
         self.env.update(extra_env or {})
         self.process = None

@@ -2,7 +2,7 @@
 
 import subprocess
 
-from conftest import SECRET, binary
+from conftest import REPO, SECRET, binary
 
 
 def run(args, env, timeout=30):
@@ -10,7 +10,14 @@ def run(args, env, timeout=30):
 
 
 def base_env(tmp_path):
-    return {"PATH": "/usr/bin:/bin", "CAIRN_DATA_DIR": str(tmp_path / "data"), "CAIRN_JWT_SECRET": SECRET}
+    return {"PATH": "/usr/bin:/bin", "CAIRN_DATA_DIR": str(tmp_path / "data"), "CAIRN_JWT_SECRET": SECRET,
+            "CAIRN_MODELS_DIR": str(REPO / ".models")}
+
+
+def test_missing_models_stop_the_service_with_the_fix(tmp_path):
+    result = run(["serve"], {**base_env(tmp_path), "CAIRN_MODELS_DIR": str(tmp_path / "no-models")})
+    assert result.returncode != 0
+    assert "libonnxruntime.so" in result.stderr and "scripts/setup" in result.stderr, result.stderr
 
 
 def test_bad_configuration_names_the_key(tmp_path):

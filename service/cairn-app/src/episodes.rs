@@ -103,6 +103,12 @@ impl Cairn {
                 "holds no user message; assistant messages are context, not evidence",
             ));
         }
+        let vectors = self
+            .embed_all(episodes.iter().map(|episode| episode.text.clone()).collect())
+            .await?;
+        for (episode, vector) in episodes.iter_mut().zip(vectors) {
+            episode.embedding = vector;
+        }
         let episode_ids: Vec<String> = episodes.iter().map(|episode| episode.id.clone()).collect();
         let event = audit_event(
             scope,

@@ -57,6 +57,7 @@ impl Cairn {
             return Err(Error::invalid("expires_at", "must be in the future"));
         }
         let value_fingerprint = fingerprint(&text);
+        let embedding = self.embed_one(&text).await?;
         let fact = Fact {
             id: new_id("fact"),
             fact_type: input.fact_type.unwrap_or(FactType::World),
@@ -75,7 +76,7 @@ impl Cairn {
             expires_at: input.expires_at,
             last_used_at: None,
             use_count: 0,
-            embedding: None,
+            embedding,
         };
 
         let mut changes = Vec::new();

@@ -15,7 +15,8 @@ pub use profile::{Profile, ProfileRequest};
 pub use recall::{Explanation, RecallHit, RecallRequest, RecallResult};
 
 use cairn_core::{
-    AuditEvent, Decision, DecisionKind, ErasureReceipt, MemoryStore, Page, PageRequest, Result, Scope, new_id,
+    AuditEvent, Decision, DecisionKind, Embedder, ErasureReceipt, MemoryStore, Page, PageRequest, Result,
+    Scope, new_id,
 };
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -31,6 +32,10 @@ pub struct Settings {
     pub candidates_per_leg: usize,
     /// The reciprocal rank fusion constant.
     pub rrf_k: f64,
+    /// Weight of the BM25 legs in fusion.
+    pub bm25_weight: f64,
+    /// Weight of the vector legs in fusion.
+    pub knn_weight: f64,
     /// Largest `k` a recall may ask for.
     pub max_k: usize,
     /// Whether recall marks returned facts and playbooks as used.
@@ -44,6 +49,8 @@ impl Default for Settings {
             max_messages: 100,
             candidates_per_leg: 50,
             rrf_k: 60.0,
+            bm25_weight: 1.0,
+            knn_weight: 1.0,
             max_k: 100,
             bump_usage_on_recall: true,
         }
@@ -60,12 +67,48 @@ pub struct RequestContext {
 #[derive(Clone)]
 pub struct Cairn {
     store: Arc<dyn MemoryStore>,
+    embedder: Option<Arc<dyn Embedder>>,
     settings: Settings,
 }
 
 impl Cairn {
-    pub fn new(store: Arc<dyn MemoryStore>, settings: Settings) -> Self {
-        Cairn { store, settings }
+    /// The service over a store, with an embedder for the vector legs (without one,
+    /// records are stored unembedded and recall runs on the text legs alone).
+    pub fn new(store: Arc<dyn MemoryStore>, embedder: Option<Arc<dyn Embedder>>, settings: Settings) -> Self {
+        Cairn {
+            store,
+            embedder,
+            settings,
+        }
+    }
+
+    /// Checks the store's vectors were made by this embedder, recording it on first use.
+    pub async fn claim_embedding_space(&self) -> Result<()> {
+        match &self.embedder {
+            Some(embedder) => {
+                self.store
+                    .claim_embedding_space(embedder.model_id(), embedder.dimension())
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a local embedding model is loaded.
+    pub fn has_embedder(&self) -> bool {
+        self.embedder.is_some()
+    }
+
+    /// Embeds texts when an embedder is configured; `None` for each text otherwise.
+    pub(crate) async fn embed_all(&self, texts: Vec<String>) -> Result<Vec<Option<Vec<f32>>>> {
+        match &self.embedder {
+            Some(embedder) => Ok(embedder.embed(texts).await?.into_iter().map(Some).collect()),
+            None => Ok(vec![None; texts.len()]),
+        }
+    }
+
+    pub(crate) async fn embed_one(&self, text: &str) -> Result<Option<Vec<f32>>> {
+        Ok(self.embed_all(vec![text.to_owned()]).await?.pop().flatten())
     }
 
     pub fn settings(&self) -> &Settings {

@@ -44,7 +44,7 @@ impl Cairn {
     ) -> Result<Playbook> {
         let limit = self.settings.max_text_chars;
         let at = now();
-        let playbook = Playbook {
+        let mut playbook = Playbook {
             id: new_id("pb"),
             name: validate::text("name", &input.name, limit.min(200))?,
             trigger: validate::text("trigger", &input.trigger, limit)?,
@@ -58,6 +58,7 @@ impl Cairn {
             use_count: 0,
             embedding: None,
         };
+        playbook.embedding = self.embed_one(&playbook.searchable_text()).await?;
         let event = audit_event(
             scope,
             context,
@@ -95,7 +96,7 @@ impl Cairn {
                 ),
             });
         }
-        let next = Playbook {
+        let mut next = Playbook {
             name: match &input.name {
                 Some(name) => validate::text("name", name, limit.min(200))?,
                 None => current.name.clone(),
@@ -110,6 +111,7 @@ impl Cairn {
             embedding: None,
             ..current.clone()
         };
+        next.embedding = self.embed_one(&next.searchable_text()).await?;
         let event = audit_event(
             scope,
             context,

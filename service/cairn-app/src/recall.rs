@@ -1,9 +1,20 @@
 //! Recall: retrieval legs per tier, reciprocal rank fusion, and explanations.
 
 use crate::{Cairn, now, validate};
-use cairn_core::{Error, FactStatus, FactType, Memory, Result, Scope, TextQuery, Tier};
+use cairn_core::{Error, FactStatus, FactType, Memory, Result, Scope, TextQuery, Tier, VectorQuery};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
+
+#[derive(Clone, Copy)]
+enum Leg {
+    Bm25,
+    Knn,
+}
+
+/// The reciprocal rank fusion contribution of a 1-based `rank` in a leg of `weight`.
+pub fn rrf(weight: f64, k: f64, rank: usize) -> f64 {
+    weight / (k + rank as f64)
+}
 
 #[derive(Clone, Debug)]
 pub struct RecallRequest {
@@ -38,7 +49,7 @@ pub struct Explanation {
     /// 1-based rank in the BM25 leg of its tier, and its BM25 score.
     pub bm25_rank: Option<usize>,
     pub bm25_score: Option<f64>,
-    /// 1-based rank in the vector leg (not yet configured: always absent).
+    /// 1-based rank in the vector leg of its tier, and its cosine similarity.
     pub knn_rank: Option<usize>,
     pub knn_similarity: Option<f64>,
     pub fused_score: f64,
@@ -78,32 +89,54 @@ impl Cairn {
             request.tiers.clone()
         };
 
-        // One BM25 leg per tier; the store applies scope and currency inside each query.
+        // Two legs per tier, BM25 and kNN; the store applies scope and currency inside
+        // each query. The query is embedded once for every vector leg.
+        let query_vector = match &self.embedder {
+            Some(embedder) => embedder.embed(vec![query.clone()]).await?.pop(),
+            None => None,
+        };
         let mut fused: HashMap<String, (Memory, Explanation)> = HashMap::new();
+        let weights = (self.settings.bm25_weight, self.settings.knn_weight);
         for tier in tiers {
-            let leg = self
-                .store
-                .search_text(
-                    scope,
-                    &TextQuery {
-                        tier,
-                        text: query.clone(),
-                        as_of,
-                        include_history: request.include_history,
-                        fact_types: request.fact_types.clone(),
-                        session_id: session_id.clone(),
-                        limit: self.settings.candidates_per_leg,
-                    },
-                )
-                .await?;
-            for (index, hit) in leg.into_iter().enumerate() {
-                let rank = index + 1;
-                let entry = fused
-                    .entry(hit.memory.id().to_owned())
-                    .or_insert_with(|| (hit.memory.clone(), Explanation::default()));
-                entry.1.bm25_rank = Some(rank);
-                entry.1.bm25_score = Some(hit.score);
-                entry.1.fused_score += 1.0 / (self.settings.rrf_k + rank as f64);
+            let text_query = TextQuery {
+                tier,
+                text: query.clone(),
+                as_of,
+                include_history: request.include_history,
+                fact_types: request.fact_types.clone(),
+                session_id: session_id.clone(),
+                limit: self.settings.candidates_per_leg,
+            };
+            let text_leg = self.store.search_text(scope, &text_query).await?;
+            let vector_leg = match &query_vector {
+                Some(vector) => {
+                    self.store
+                        .search_vector(scope, &VectorQuery::like(&text_query, vector.clone()))
+                        .await?
+                }
+                None => Vec::new(),
+            };
+            for (leg, weight, hits) in [
+                (Leg::Bm25, weights.0, text_leg),
+                (Leg::Knn, weights.1, vector_leg),
+            ] {
+                for (index, hit) in hits.into_iter().enumerate() {
+                    let rank = index + 1;
+                    let entry = fused
+                        .entry(hit.memory.id().to_owned())
+                        .or_insert_with(|| (hit.memory.clone(), Explanation::default()));
+                    match leg {
+                        Leg::Bm25 => {
+                            entry.1.bm25_rank = Some(rank);
+                            entry.1.bm25_score = Some(hit.score);
+                        }
+                        Leg::Knn => {
+                            entry.1.knn_rank = Some(rank);
+                            entry.1.knn_similarity = Some(hit.score);
+                        }
+                    }
+                    entry.1.fused_score += rrf(weight, self.settings.rrf_k, rank);
+                }
             }
         }
 
@@ -153,5 +186,24 @@ impl Cairn {
             self.store.record_usage(scope, &used, now()).await?;
         }
         Ok(RecallResult { hits, as_of })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rrf;
+
+    #[test]
+    fn reciprocal_rank_fusion_on_known_rankings() {
+        // A document first in one leg and third in the other, against one second in both.
+        let first_and_third = rrf(1.0, 60.0, 1) + rrf(1.0, 60.0, 3);
+        assert!((first_and_third - (1.0 / 61.0 + 1.0 / 63.0)).abs() < 1e-12);
+        let tenth_in_both = rrf(1.0, 60.0, 10) * 2.0;
+        assert!(
+            tenth_in_both > rrf(1.0, 60.0, 1),
+            "agreement of two legs beats one leg's top rank"
+        );
+        assert_eq!(rrf(0.0, 60.0, 1), 0.0, "a zero weight switches a leg off");
+        assert!((rrf(2.0, 10.0, 5) - 2.0 / 15.0).abs() < 1e-12);
     }
 }

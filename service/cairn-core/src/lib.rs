@@ -4,6 +4,7 @@
 //! storage engine. The one way to obtain a [`Scope`] is through an authenticated
 //! [`Principal`], so every store query is tied to a tenant by construction.
 
+pub mod embed;
 pub mod error;
 pub mod ids;
 pub mod model;
@@ -11,6 +12,7 @@ pub mod scope;
 pub mod store;
 pub mod text;
 
+pub use embed::{Embedder, cosine};
 pub use error::{Error, Result};
 pub use ids::new_id;
 pub use model::*;

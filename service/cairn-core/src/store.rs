@@ -142,6 +142,35 @@ pub struct TextQuery {
     pub limit: usize,
 }
 
+/// A nearest-neighbour query against one tier, with the same scope and currency
+/// restrictions as [`TextQuery`] applied before ranking (pre-filter).
+#[derive(Clone, Debug)]
+pub struct VectorQuery {
+    pub tier: Tier,
+    /// A unit vector of the store's embedding dimension.
+    pub vector: Vec<f32>,
+    pub as_of: DateTime<Utc>,
+    pub include_history: bool,
+    pub fact_types: Vec<FactType>,
+    pub session_id: Option<String>,
+    pub limit: usize,
+}
+
+impl VectorQuery {
+    /// The vector query with the same restrictions as a text query.
+    pub fn like(query: &TextQuery, vector: Vec<f32>) -> Self {
+        VectorQuery {
+            tier: query.tier,
+            vector,
+            as_of: query.as_of,
+            include_history: query.include_history,
+            fact_types: query.fact_types.clone(),
+            session_id: query.session_id.clone(),
+            limit: query.limit,
+        }
+    }
+}
+
 /// A record of any tier.
 #[derive(Clone, Debug)]
 pub enum Memory {
@@ -168,7 +197,8 @@ impl Memory {
     }
 }
 
-/// One full-text match, best first; `score` is BM25 (higher is better).
+/// One match, best first; `score` is BM25 for text legs and cosine similarity for
+/// vector legs (higher is better in both).
 #[derive(Clone, Debug)]
 pub struct TextHit {
     pub memory: Memory,
@@ -227,6 +257,15 @@ pub trait MemoryStore: Send + Sync + 'static {
 
     /// BM25 full-text search in one tier, scope and currency applied inside the query.
     async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>>;
+
+    /// Cosine nearest neighbours in one tier among records that are in scope and current
+    /// at `as_of`; `score` is the cosine similarity, best first.
+    async fn search_vector(&self, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>>;
+
+    /// Records which embedding model and dimension the stored vectors use, or checks
+    /// that they match what was recorded before (a mismatch is an error: vectors of two
+    /// models cannot be compared).
+    async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()>;
 
     /// Marks facts and playbooks as used at `at` (an atomic increment, no read-modify-write).
     async fn record_usage(&self, scope: &Scope, ids: &[String], at: DateTime<Utc>) -> Result<()>;

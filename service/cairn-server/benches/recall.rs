@@ -1,4 +1,5 @@
-//! Full-text recall latency at 10k facts in one scope, on the embedded store, through
+//! Hybrid recall latency (BM25 + kNN, query embedding included) at 10k facts in one
+//! scope, on the embedded store, through
 //! the same use-case function the REST handler calls. Prints figures; asserts nothing.
 //!
 //! Run with `cargo bench -p cairn-server --bench recall` (see README).
@@ -113,7 +114,10 @@ fn main() {
         let directory = tempfile::tempdir().expect("temp dir");
         let store = SqliteStore::open(directory.path()).expect("store");
         let settings = Settings { bump_usage_on_recall: false, ..Settings::default() };
-        let cairn = Cairn::new(Arc::new(store), settings);
+        let models = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.models");
+        let config = cairn_server::config::Config { models_dir: models, ..Default::default() };
+        let embedder = cairn_inference::OnnxEmbedder::load(&config.embedder()).expect("run scripts/setup first");
+        let cairn = Cairn::new(Arc::new(store), Some(Arc::new(embedder)), settings);
         let mut sequence = Sequence(0x9e37_79b9_7f4a_7c15);
         let measured = scope("bench-tenant");
         let write_time = fill(&cairn, &measured, facts, &mut sequence).await;
@@ -137,9 +141,9 @@ fn main() {
             hits += result.hits.len();
         }
         latencies.sort();
-        println!("full-text recall, embedded store, {facts} facts in the scope (+{facts} in another tenant)");
+        println!("hybrid recall (BM25 + kNN, query embedded), embedded store, {facts} facts in the scope (+{facts} in another tenant)");
         println!(
-            "  writes: {facts} facts in {:.1} s ({:.0} writes/s, one durable transaction each)",
+            "  writes: {facts} facts in {:.1} s ({:.0} writes/s, embedded one by one, one durable transaction each)",
             write_time.as_secs_f64(),
             facts as f64 / write_time.as_secs_f64()
         );

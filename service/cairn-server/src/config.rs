@@ -36,6 +36,18 @@ pub struct Config {
     /// Clock skew tolerated on `exp` and `nbf`, in seconds.
     pub jwt_leeway_seconds: u64,
     pub models_dir: PathBuf,
+    /// The ONNX Runtime library; default `<models_dir>/onnxruntime/libonnxruntime.so`.
+    pub onnxruntime_library: Option<PathBuf>,
+    /// The embedding model directory (model.onnx + tokenizer.json); default
+    /// `<models_dir>/all-minilm-l6-v2`.
+    pub embedding_model_dir: Option<PathBuf>,
+    pub embedding_dimension: usize,
+    /// ONNX Runtime threads inside one inference run (1 suits small machines).
+    pub inference_threads: usize,
+    /// Reciprocal rank fusion constant.
+    pub rrf_k: f64,
+    /// Candidates each retrieval leg contributes to fusion.
+    pub candidates_per_leg: usize,
     pub llm_kind: Option<String>,
     pub llm_base_url: Option<String>,
     pub llm_model: Option<String>,
@@ -76,6 +88,12 @@ impl Default for Config {
             jwt_issuer: None,
             jwt_leeway_seconds: 30,
             models_dir: PathBuf::from("./.models"),
+            onnxruntime_library: None,
+            embedding_model_dir: None,
+            embedding_dimension: 384,
+            inference_threads: 1,
+            rrf_k: 60.0,
+            candidates_per_leg: 50,
             llm_kind: None,
             llm_base_url: None,
             llm_model: None,
@@ -101,6 +119,7 @@ impl Default for Config {
 enum Kind {
     Text,
     Integer,
+    Float,
     Boolean,
 }
 
@@ -117,6 +136,12 @@ const KEYS: &[(&str, Kind)] = &[
     ("jwt_issuer", Kind::Text),
     ("jwt_leeway_seconds", Kind::Integer),
     ("models_dir", Kind::Text),
+    ("onnxruntime_library", Kind::Text),
+    ("embedding_model_dir", Kind::Text),
+    ("embedding_dimension", Kind::Integer),
+    ("inference_threads", Kind::Integer),
+    ("rrf_k", Kind::Float),
+    ("candidates_per_leg", Kind::Integer),
     ("llm_kind", Kind::Text),
     ("llm_base_url", Kind::Text),
     ("llm_model", Kind::Text),
@@ -190,6 +215,11 @@ impl Config {
                     .parse::<i64>()
                     .map(toml::Value::Integer)
                     .map_err(|_| config_error(&name, format!("expected a whole number, got {raw:?}")))?,
+                Kind::Float => raw
+                    .trim()
+                    .parse::<f64>()
+                    .map(toml::Value::Float)
+                    .map_err(|_| config_error(&name, format!("expected a number, got {raw:?}")))?,
                 Kind::Boolean => match raw.trim().to_ascii_lowercase().as_str() {
                     "1" | "true" | "yes" | "on" => toml::Value::Boolean(true),
                     "0" | "false" | "no" | "off" | "" => toml::Value::Boolean(false),
@@ -258,6 +288,18 @@ impl Config {
                 "must be positive when a rate limit is set",
             ));
         }
+        if self.embedding_dimension == 0 {
+            return Err(config_error("CAIRN_EMBEDDING_DIMENSION", "must be positive"));
+        }
+        if !(self.rrf_k.is_finite() && self.rrf_k >= 0.0) {
+            return Err(config_error("CAIRN_RRF_K", "must be a non-negative number"));
+        }
+        if !(1..=1000).contains(&self.candidates_per_leg) {
+            return Err(config_error(
+                "CAIRN_CANDIDATES_PER_LEG",
+                "must be between 1 and 1000",
+            ));
+        }
         if self.workers == 0 {
             return Err(config_error("CAIRN_WORKERS", "must be positive"));
         }
@@ -295,6 +337,24 @@ impl Config {
                 .map(str::to_owned)
                 .collect(),
         )
+    }
+
+    /// The embedder settings, with defaults under the models directory.
+    pub fn embedder(&self) -> cairn_inference::EmbedderConfig {
+        cairn_inference::EmbedderConfig {
+            runtime_library: self
+                .onnxruntime_library
+                .clone()
+                .unwrap_or_else(|| self.models_dir.join("onnxruntime").join("libonnxruntime.so")),
+            model_dir: self
+                .embedding_model_dir
+                .clone()
+                .unwrap_or_else(|| self.models_dir.join("all-minilm-l6-v2")),
+            dimension: self.embedding_dimension,
+            intra_threads: self.inference_threads.max(1),
+            max_batch: 32,
+            max_tokens: 256,
+        }
     }
 
     /// Where development mode keeps its generated HS256 secret.

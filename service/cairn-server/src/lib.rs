@@ -82,18 +82,28 @@ fn write_private_file(path: &std::path::Path, contents: &str) -> anyhow::Result<
     std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Builds the shared application state from a validated configuration.
-pub fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
+/// Builds the shared application state from a validated configuration: keys, store,
+/// and the local embedding model (whose vectors must match what the store holds).
+pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
     let secret = dev_secret(config)?;
     let verifier = auth::Verifier::from_config(config, secret.as_deref())?;
     let store = open_store(config)?;
+    let embedder = cairn_inference::OnnxEmbedder::load(&config.embedder())
+        .context("the embedding model could not be loaded (CAIRN_MODELS_DIR)")?;
     let settings = Settings {
         max_text_chars: config.max_text_chars,
         bump_usage_on_recall: config.bump_usage_on_recall,
+        rrf_k: config.rrf_k,
+        candidates_per_leg: config.candidates_per_leg,
         ..Settings::default()
     };
+    let cairn = Cairn::new(store, Some(Arc::new(embedder)), settings);
+    cairn
+        .claim_embedding_space()
+        .await
+        .context("CAIRN_EMBEDDING_MODEL_DIR")?;
     http::AppState::new(
-        Cairn::new(store, settings),
+        cairn,
         verifier,
         config.rate_limit_per_second,
         config.rate_limit_burst,

@@ -118,11 +118,11 @@ fn run() -> anyhow::Result<()> {
 
 fn serve(config: Config) -> anyhow::Result<()> {
     let telemetry = telemetry::init(&config)?;
-    let state = web::Data::new(build_state(&config)?);
     let listen = config.listen.clone();
     let workers = config.workers;
     tracing::info!(listen = %listen, backend = ?config.backend, data_dir = %config.data_dir.display(), "cairn starting");
     let result = actix_web::rt::System::new().block_on(async move {
+        let state = web::Data::new(build_state(&config).await?);
         HttpServer::new(move || http::app(state.clone()))
             .workers(workers)
             .bind(&listen)

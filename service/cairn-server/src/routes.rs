@@ -183,7 +183,15 @@ async fn healthz() -> HttpResponse {
 
 async fn readyz(state: State) -> HttpResponse {
     match state.cairn.ready().await {
-        Ok(()) => HttpResponse::Ok().json(json!({ "status": "ready", "checks": { "store": "ok" } })),
+        Ok(()) => {
+            let models = if state.cairn.has_embedder() {
+                "ok"
+            } else {
+                "not_loaded"
+            };
+            HttpResponse::Ok()
+                .json(json!({ "status": "ready", "checks": { "store": "ok", "models": models } }))
+        }
         Err(error) => {
             tracing::warn!(error = %error, "store not ready");
             HttpResponse::ServiceUnavailable()

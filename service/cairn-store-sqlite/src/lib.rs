@@ -13,6 +13,7 @@ mod search;
 use cairn_core::{
     AuditEvent, ChangeSet, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, MemoryStore, Page,
     PageRequest, Playbook, Result, Scope, StatusFilter, TextHit, TextQuery, Tombstone, TombstoneReason,
+    VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use rows::micros;
@@ -419,6 +420,42 @@ impl MemoryStore for SqliteStore {
         let query = query.clone();
         self.read(move |connection| search::search_text(connection, &scope, &query))
             .await
+    }
+
+    async fn search_vector(&self, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>> {
+        let scope = scope.clone();
+        let query = query.clone();
+        self.read(move |connection| search::search_vector(connection, &scope, &query))
+            .await
+    }
+
+    async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()> {
+        let claimed = format!("{model_id}/{dimension}");
+        self.write(move |connection| {
+            let existing: Option<String> = connection
+                .query_row(
+                    "SELECT value FROM schema_meta WHERE key = 'embedding_space'",
+                    [],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(storage)?;
+            match existing {
+                Some(existing) if existing == claimed => Ok(()),
+                Some(existing) => Err(Error::Unavailable(format!(
+                    "the store holds vectors of {existing} but the configured embedding model is {claimed}; \
+                     use the model the data was written with, or a new data directory"
+                ))),
+                None => connection
+                    .execute(
+                        "INSERT INTO schema_meta (key, value) VALUES ('embedding_space', ?1)",
+                        [claimed],
+                    )
+                    .map(|_| ())
+                    .map_err(storage),
+            }
+        })
+        .await
     }
 
     async fn record_usage(&self, scope: &Scope, ids: &[String], at: DateTime<Utc>) -> Result<()> {

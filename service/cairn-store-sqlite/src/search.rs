@@ -1,10 +1,16 @@
-//! BM25 full-text search per tier, with scope and currency inside the query.
+//! Retrieval legs per tier: BM25 through FTS5 and brute-force cosine kNN over stored
+//! vectors. Both apply scope and currency inside the query, before ranking.
 
 use crate::rows::{self, micros, scope_key};
 use cairn_core::text::query_terms;
-use cairn_core::{Error, Memory, Result, Scope, TextHit, TextQuery, Tier};
+use cairn_core::{Error, FactType, Memory, Result, Scope, TextHit, TextQuery, Tier, VectorQuery, cosine};
+use chrono::{DateTime, Utc};
 use rusqlite::Connection;
 use rusqlite::types::Value;
+
+fn storage(error: rusqlite::Error) -> Error {
+    Error::Storage(error.to_string())
+}
 
 /// Builds an FTS5 query from free text: the scope token is required, and the text's
 /// tokens are alternatives. Every token is quoted, so no user input is ever parsed as
@@ -25,89 +31,204 @@ fn match_expression(scope: &Scope, text: &str) -> Option<String> {
     ))
 }
 
+/// The restrictions shared by both legs.
+struct Restrictions<'a> {
+    tier: Tier,
+    as_of: DateTime<Utc>,
+    include_history: bool,
+    fact_types: &'a [FactType],
+    session_id: Option<&'a str>,
+}
+
+/// Appends a parameter and returns its placeholder.
+fn bind(parameters: &mut Vec<Value>, value: Value) -> String {
+    parameters.push(value);
+    format!("?{}", parameters.len())
+}
+
+/// The table, its alias, its columns and the WHERE conditions (scope, then currency at
+/// `as_of`) of one tier.
+fn restrictions(
+    scope: &Scope,
+    restrict: &Restrictions<'_>,
+    parameters: &mut Vec<Value>,
+) -> (&'static str, String) {
+    let tenant = bind(parameters, Value::Text(scope.tenant().as_str().to_owned()));
+    let user = bind(parameters, Value::Text(scope.user().as_str().to_owned()));
+    let as_of = bind(parameters, Value::Integer(micros(restrict.as_of)));
+    match restrict.tier {
+        Tier::Semantic => {
+            let mut conditions = format!(
+                "f.tenant = {tenant} AND f.user_id = {user} AND f.created_at <= {as_of} \
+                 AND f.status IN ('active', 'superseded') \
+                 AND (f.expires_at IS NULL OR f.expires_at > {as_of}) \
+                 AND (f.valid_from IS NULL OR f.valid_from <= {as_of}) \
+                 AND (f.valid_to IS NULL OR f.valid_to > {as_of})"
+            );
+            if !restrict.include_history {
+                conditions.push_str(&format!(
+                    " AND (f.superseded_at IS NULL OR f.superseded_at > {as_of})"
+                ));
+            }
+            if !restrict.fact_types.is_empty() {
+                let placeholders: Vec<String> = restrict
+                    .fact_types
+                    .iter()
+                    .map(|fact_type| bind(parameters, Value::Text(fact_type.as_str().to_owned())))
+                    .collect();
+                conditions.push_str(&format!(" AND f.fact_type IN ({})", placeholders.join(", ")));
+            }
+            ("facts f", conditions)
+        }
+        Tier::Episodic => {
+            let mut conditions =
+                format!("e.tenant = {tenant} AND e.user_id = {user} AND e.ingested_at <= {as_of}");
+            if let Some(session_id) = restrict.session_id {
+                let session = bind(parameters, Value::Text(session_id.to_owned()));
+                conditions.push_str(&format!(" AND e.session_id = {session}"));
+            }
+            ("episodes e", conditions)
+        }
+        Tier::Procedural => (
+            "playbooks p",
+            format!("p.tenant = {tenant} AND p.user_id = {user} AND p.created_at <= {as_of}"),
+        ),
+    }
+}
+
+fn columns(tier: Tier) -> (&'static str, &'static str) {
+    match tier {
+        Tier::Semantic => (rows::FACT_COLUMNS, "f"),
+        Tier::Episodic => (rows::EPISODE_COLUMNS, "e"),
+        Tier::Procedural => (rows::PLAYBOOK_COLUMNS, "p"),
+    }
+}
+
+fn memory(tier: Tier, row: &rusqlite::Row<'_>) -> rusqlite::Result<Memory> {
+    Ok(match tier {
+        Tier::Semantic => Memory::Fact(rows::fact(row)?),
+        Tier::Episodic => Memory::Episode(rows::episode(row)?),
+        Tier::Procedural => Memory::Playbook(rows::playbook(row)?),
+    })
+}
+
 pub fn search_text(connection: &Connection, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
     let Some(expression) = match_expression(scope, &query.text) else {
         return Ok(Vec::new());
     };
-    let as_of = micros(query.as_of);
-    let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
-    let mut parameters: Vec<Value> = vec![
-        Value::Text(expression),
-        Value::Text(scope.tenant().as_str().to_owned()),
-        Value::Text(scope.user().as_str().to_owned()),
-        Value::Integer(as_of),
-        Value::Integer(limit),
-    ];
-    let sql = match query.tier {
-        Tier::Semantic => {
-            let history = if query.include_history {
-                "f.status IN ('active', 'superseded')"
-            } else {
-                "f.status IN ('active', 'superseded') AND (f.superseded_at IS NULL OR f.superseded_at > ?4)"
-            };
-            let mut type_filter = String::new();
-            if !query.fact_types.is_empty() {
-                let placeholders: Vec<String> = query
-                    .fact_types
-                    .iter()
-                    .map(|fact_type| {
-                        parameters.push(Value::Text(fact_type.as_str().to_owned()));
-                        format!("?{}", parameters.len())
-                    })
-                    .collect();
-                type_filter = format!(" AND f.fact_type IN ({})", placeholders.join(", "));
-            }
-            format!(
-                "SELECT {}, bm25(facts_fts, 1.0, 0.0) AS rank FROM facts_fts \
-                 JOIN facts f ON f.seq = facts_fts.rowid \
-                 WHERE facts_fts MATCH ?1 AND f.tenant = ?2 AND f.user_id = ?3 \
-                 AND f.created_at <= ?4 AND {history} \
-                 AND (f.expires_at IS NULL OR f.expires_at > ?4) \
-                 AND (f.valid_from IS NULL OR f.valid_from <= ?4) \
-                 AND (f.valid_to IS NULL OR f.valid_to > ?4){type_filter} \
-                 ORDER BY rank LIMIT ?5",
-                rows::FACT_COLUMNS
-            )
-        }
-        Tier::Episodic => {
-            let mut session_filter = String::new();
-            if let Some(session_id) = &query.session_id {
-                parameters.push(Value::Text(session_id.clone()));
-                session_filter = format!(" AND e.session_id = ?{}", parameters.len());
-            }
-            format!(
-                "SELECT {}, bm25(episodes_fts, 1.0, 0.0) AS rank FROM episodes_fts \
-                 JOIN episodes e ON e.seq = episodes_fts.rowid \
-                 WHERE episodes_fts MATCH ?1 AND e.tenant = ?2 AND e.user_id = ?3 \
-                 AND e.ingested_at <= ?4{session_filter} ORDER BY rank LIMIT ?5",
-                rows::EPISODE_COLUMNS
-            )
-        }
-        Tier::Procedural => format!(
-            "SELECT {}, bm25(playbooks_fts, 1.0, 0.0) AS rank FROM playbooks_fts \
-             JOIN playbooks p ON p.seq = playbooks_fts.rowid \
-             WHERE playbooks_fts MATCH ?1 AND p.tenant = ?2 AND p.user_id = ?3 \
-             AND p.created_at <= ?4 ORDER BY rank LIMIT ?5",
-            rows::PLAYBOOK_COLUMNS
-        ),
+    let mut parameters = Vec::new();
+    let matched = bind(&mut parameters, Value::Text(expression));
+    let restrict = Restrictions {
+        tier: query.tier,
+        as_of: query.as_of,
+        include_history: query.include_history,
+        fact_types: &query.fact_types,
+        session_id: query.session_id.as_deref(),
     };
-    let storage = |error: rusqlite::Error| Error::Storage(error.to_string());
+    let (table, conditions) = restrictions(scope, &restrict, &mut parameters);
+    let limit = bind(
+        &mut parameters,
+        Value::Integer(i64::try_from(query.limit).unwrap_or(i64::MAX)),
+    );
+    let (columns, alias) = columns(query.tier);
+    let fts = match query.tier {
+        Tier::Semantic => "facts_fts",
+        Tier::Episodic => "episodes_fts",
+        Tier::Procedural => "playbooks_fts",
+    };
+    let sql = format!(
+        "SELECT {columns}, bm25({fts}, 1.0, 0.0) AS rank FROM {fts} JOIN {table} ON {alias}.seq = {fts}.rowid \
+         WHERE {fts} MATCH {matched} AND {conditions} ORDER BY rank LIMIT {limit}"
+    );
     let mut statement = connection.prepare_cached(&sql).map_err(storage)?;
     let tier = query.tier;
     let hits = statement
         .query_map(rusqlite::params_from_iter(parameters.iter()), |row| {
-            let memory = match tier {
-                Tier::Semantic => Memory::Fact(rows::fact(row)?),
-                Tier::Episodic => Memory::Episode(rows::episode(row)?),
-                Tier::Procedural => Memory::Playbook(rows::playbook(row)?),
-            };
-            let column_count = row.as_ref().column_count();
-            let rank: f64 = row.get(column_count - 1)?;
+            let rank: f64 = row.get(row.as_ref().column_count() - 1)?;
             // FTS5's bm25() is negated so that smaller sorts first; report the score.
-            Ok(TextHit { memory, score: -rank })
+            Ok(TextHit {
+                memory: memory(tier, row)?,
+                score: -rank,
+            })
         })
         .map_err(storage)?
         .collect::<rusqlite::Result<Vec<_>>>()
         .map_err(storage)?;
     Ok(hits)
+}
+
+/// Exact cosine kNN: reads the vectors of the records that pass the restrictions,
+/// scores them in memory, then loads the best rows.
+pub fn search_vector(connection: &Connection, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>> {
+    if query.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut parameters = Vec::new();
+    let restrict = Restrictions {
+        tier: query.tier,
+        as_of: query.as_of,
+        include_history: query.include_history,
+        fact_types: &query.fact_types,
+        session_id: query.session_id.as_deref(),
+    };
+    let (table, conditions) = restrictions(scope, &restrict, &mut parameters);
+    let (columns, alias) = columns(query.tier);
+    let candidates_sql = format!(
+        "SELECT {alias}.seq, {alias}.embedding FROM {table} WHERE {conditions} AND {alias}.embedding IS NOT NULL"
+    );
+    let mut scored: Vec<(f32, i64)> = Vec::new();
+    {
+        let mut statement = connection.prepare_cached(&candidates_sql).map_err(storage)?;
+        let mut rows = statement
+            .query(rusqlite::params_from_iter(parameters.iter()))
+            .map_err(storage)?;
+        let mut buffer: Vec<f32> = Vec::with_capacity(query.vector.len());
+        while let Some(row) = rows.next().map_err(storage)? {
+            let seq: i64 = row.get(0).map_err(storage)?;
+            let bytes = row
+                .get_ref(1)
+                .map_err(storage)?
+                .as_blob()
+                .map_err(|e| Error::Storage(e.to_string()))?;
+            if bytes.len() != query.vector.len() * 4 {
+                continue;
+            }
+            buffer.clear();
+            buffer.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            );
+            scored.push((cosine(&query.vector, &buffer), seq));
+        }
+    }
+    let keep = query.limit.min(scored.len());
+    if keep == 0 {
+        return Ok(Vec::new());
+    }
+    scored.select_nth_unstable_by(keep - 1, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.truncate(keep);
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+
+    let placeholders = vec!["?"; scored.len()].join(", ");
+    let rows_sql = format!("SELECT {columns} FROM {table} WHERE {alias}.seq IN ({placeholders})");
+    let mut statement = connection.prepare(&rows_sql).map_err(storage)?;
+    let tier = query.tier;
+    let mut by_seq: std::collections::HashMap<i64, Memory> = statement
+        .query_map(
+            rusqlite::params_from_iter(scored.iter().map(|(_, seq)| *seq)),
+            |row| Ok((row.get::<_, i64>(0)?, memory(tier, row)?)),
+        )
+        .map_err(storage)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(storage)?;
+    Ok(scored
+        .into_iter()
+        .filter_map(|(similarity, seq)| {
+            by_seq.remove(&seq).map(|memory| TextHit {
+                memory,
+                score: f64::from(similarity),
+            })
+        })
+        .collect())
 }

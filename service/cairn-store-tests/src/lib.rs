@@ -6,7 +6,7 @@ use cairn_core::text::fingerprint;
 use cairn_core::{
     AuditEvent, Change, ChangeSet, Edge, EdgeKind, Error, Fact, FactStatus, FactType, Memory, MemoryStore,
     PageRequest, Permission, Playbook, Principal, Scope, StatusFilter, TenantId, TextQuery, Tier, Tombstone,
-    TombstoneReason, new_id,
+    TombstoneReason, VectorQuery, new_id,
 };
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
@@ -30,6 +30,8 @@ macro_rules! conformance_suite {
             playbook_versions_are_conditional,
             usage_is_counted,
             episodes_are_searchable_by_session,
+            vector_search_is_scoped_and_current,
+            the_embedding_space_is_claimed_once,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -832,5 +834,107 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
             .await
             .expect("get")
             .is_none()
+    );
+}
+
+fn unit(values: &[f32]) -> Vec<f32> {
+    let norm = values.iter().map(|v| v * v).sum::<f32>().sqrt();
+    values.iter().map(|v| v / norm).collect()
+}
+
+async fn nearest(
+    store: &dyn MemoryStore,
+    scope: &Scope,
+    vector: &[f32],
+    history: bool,
+) -> Vec<(String, f64)> {
+    store
+        .search_vector(
+            scope,
+            &VectorQuery {
+                tier: Tier::Semantic,
+                vector: vector.to_vec(),
+                as_of: Utc::now(),
+                include_history: history,
+                fact_types: Vec::new(),
+                session_id: None,
+                limit: 10,
+            },
+        )
+        .await
+        .expect("vector search")
+        .into_iter()
+        .map(|hit| (hit.memory.id().to_owned(), hit.score))
+        .collect()
+}
+
+pub async fn vector_search_is_scoped_and_current(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let mallory = scope("evil", "alice");
+    let now = Utc::now() - Duration::minutes(1);
+    let query = unit(&[1.0, 0.0, 0.0]);
+    // Another scope holds the exact query vector: it must never be returned here.
+    let mut decoy = fact("Mallory's nearest record", now);
+    decoy.embedding = Some(query.clone());
+    insert(store.as_ref(), &mallory, &decoy).await;
+    let mut near = fact("Alice's near record", now);
+    near.embedding = Some(unit(&[0.9, 0.1, 0.0]));
+    insert(store.as_ref(), &alice, &near).await;
+    let mut far = fact("Alice's far record", now);
+    far.embedding = Some(unit(&[0.0, 0.2, 1.0]));
+    insert(store.as_ref(), &alice, &far).await;
+    let mut old = fact("Alice's superseded record", now);
+    old.embedding = Some(unit(&[0.95, 0.05, 0.0]));
+    insert(store.as_ref(), &alice, &old).await;
+    let mut newer = fact("Alice's replacement record", now + Duration::seconds(1));
+    newer.embedding = Some(unit(&[0.3, 1.0, 0.0]));
+    store
+        .commit(&alice, supersede(&alice, &old, &newer))
+        .await
+        .expect("supersede");
+    let mut expired = fact("Alice's expired record", now - Duration::days(2));
+    expired.embedding = Some(query.clone());
+    expired.expires_at = Some(now - Duration::days(1));
+    insert(store.as_ref(), &alice, &expired).await;
+
+    let hits = nearest(store.as_ref(), &alice, &query, false).await;
+    let ids: Vec<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, vec![near.id.as_str(), newer.id.as_str(), far.id.as_str()]);
+    assert!(
+        hits[0].1 > 0.99 && hits[0].1 <= 1.0001,
+        "cosine similarity {}",
+        hits[0].1
+    );
+    assert!(hits.windows(2).all(|pair| pair[0].1 >= pair[1].1), "best first");
+    let with_history = nearest(store.as_ref(), &alice, &query, true).await;
+    assert_eq!(
+        with_history.first().map(|(id, _)| id.as_str()),
+        Some(old.id.as_str())
+    );
+    let mallory_hits = nearest(store.as_ref(), &mallory, &query, false).await;
+    assert_eq!(
+        mallory_hits.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        vec![decoy.id.as_str()]
+    );
+    assert!(
+        nearest(store.as_ref(), &scope("acme", "nobody"), &query, true)
+            .await
+            .is_empty()
+    );
+}
+
+pub async fn the_embedding_space_is_claimed_once(store: Arc<dyn MemoryStore>) {
+    store
+        .claim_embedding_space("all-minilm-l6-v2", 384)
+        .await
+        .expect("first claim");
+    store
+        .claim_embedding_space("all-minilm-l6-v2", 384)
+        .await
+        .expect("same claim");
+    let other = store.claim_embedding_space("bge-base", 768).await;
+    assert!(
+        matches!(other, Err(Error::Unavailable(ref message)) if message.contains("384")),
+        "{other:?}"
     );
 }

@@ -26,9 +26,10 @@ async fn start() -> Running {
         rate_limit_per_second: 0,
         max_text_chars: 500,
         max_body_bytes: 16 * 1024,
+        models_dir: std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.models"),
         ..Config::default()
     };
-    let state = web::Data::new(build_state(&config).expect("state"));
+    let state = web::Data::new(build_state(&config).await.expect("state"));
     let shared = state.clone();
     let server = HttpServer::new(move || http::app(shared.clone()))
         .workers(1)

@@ -1,0 +1,291 @@
+//! Local sentence embeddings through ONNX Runtime, loaded dynamically from a library
+//! file (never downloaded at build or run time).
+//!
+//! Inference runs on one dedicated thread, off the async executor. Requests queue on a
+//! channel; the thread takes everything waiting (up to a batch limit) and embeds it in
+//! one run, so concurrent callers share batches.
+
+use async_trait::async_trait;
+use cairn_core::{Embedder, Error, Result};
+use ort::environment::Environment;
+use ort::session::Session;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::value::Tensor;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+/// Where the model files are and how to run them.
+#[derive(Clone, Debug)]
+pub struct EmbedderConfig {
+    /// The ONNX Runtime shared library (`libonnxruntime.so`).
+    pub runtime_library: PathBuf,
+    /// A directory holding `model.onnx` and `tokenizer.json`.
+    pub model_dir: PathBuf,
+    /// The vector length the model produces.
+    pub dimension: usize,
+    /// Threads ONNX Runtime uses inside one run.
+    pub intra_threads: usize,
+    /// Most texts embedded in one run.
+    pub max_batch: usize,
+    /// Longest input in tokens; longer texts are truncated.
+    pub max_tokens: usize,
+}
+
+const PROVISIONING_HINT: &str = "run scripts/setup to provision the model files";
+
+fn missing(path: &Path) -> Error {
+    Error::Unavailable(format!("{} is missing; {PROVISIONING_HINT}", path.display()))
+}
+
+/// ONNX Runtime allows one environment per process; every embedder shares it.
+static RUNTIME: OnceLock<std::result::Result<Environment, String>> = OnceLock::new();
+
+fn init_runtime(library: &Path) -> Result<&'static Environment> {
+    if !library.exists() {
+        return Err(missing(library));
+    }
+    let outcome = RUNTIME.get_or_init(|| {
+        ort::init_from(library)
+            .map_err(|error| format!("cannot load ONNX Runtime from {}: {error}", library.display()))?
+            .with_name("cairn")
+            .build()
+            .map_err(|error| format!("cannot start ONNX Runtime: {error}"))
+    });
+    match outcome {
+        Ok(environment) => Ok(environment),
+        Err(message) => Err(Error::Unavailable(message.clone())),
+    }
+}
+
+struct Job {
+    texts: Vec<String>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>>>,
+}
+
+/// A sentence-embedding model (mean pooling, L2-normalised) run locally.
+pub struct OnnxEmbedder {
+    sender: mpsc::Sender<Job>,
+    dimension: usize,
+    model_id: String,
+}
+
+struct Model {
+    session: Session,
+    tokenizer: Tokenizer,
+    wants_token_type_ids: bool,
+}
+
+impl OnnxEmbedder {
+    /// Loads the runtime, the model and the tokenizer, and starts the inference thread.
+    /// Missing files produce an error naming the file and the provisioning command.
+    pub fn load(config: &EmbedderConfig) -> Result<Self> {
+        let environment = init_runtime(&config.runtime_library)?;
+        let model_path = config.model_dir.join("model.onnx");
+        let tokenizer_path = config.model_dir.join("tokenizer.json");
+        for path in [&model_path, &tokenizer_path] {
+            if !path.exists() {
+                return Err(missing(path));
+            }
+        }
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
+            .map_err(|error| Error::Unavailable(format!("{}: {error}", tokenizer_path.display())))?;
+        // The shipped tokenizer pads every input to 128 tokens; pad to the longest in
+        // the batch instead, and truncate at the configured length.
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..PaddingParams::default()
+        }));
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: config.max_tokens,
+                ..TruncationParams::default()
+            }))
+            .map_err(|error| Error::Unavailable(format!("tokenizer truncation: {error}")))?;
+        let options_error =
+            |error: &dyn std::fmt::Display| Error::Unavailable(format!("ONNX session options: {error}"));
+        let session = Session::builder(environment)
+            .map_err(|error| options_error(&error))?
+            .with_optimization_level(GraphOptimizationLevel::Level3)
+            .map_err(|error| options_error(&error))?
+            .with_intra_threads(config.intra_threads.max(1))
+            .map_err(|error| options_error(&error))?
+            .commit_from_file(&model_path)
+            .map_err(|error| Error::Unavailable(format!("{}: {error}", model_path.display())))?;
+        let wants_token_type_ids = session
+            .inputs()
+            .iter()
+            .any(|input| input.name() == "token_type_ids");
+        let mut model = Model {
+            session,
+            tokenizer,
+            wants_token_type_ids,
+        };
+        // Fail now, not on the first request, if the model's width is not the configured one.
+        let probe = model.embed(&["dimension probe".to_owned()])?;
+        if probe.first().map(Vec::len) != Some(config.dimension) {
+            return Err(Error::Unavailable(format!(
+                "{} produces {}-dimensional vectors but the configured dimension is {}",
+                model_path.display(),
+                probe.first().map(Vec::len).unwrap_or(0),
+                config.dimension
+            )));
+        }
+        let (sender, receiver) = mpsc::channel::<Job>();
+        let max_batch = config.max_batch.max(1);
+        std::thread::Builder::new()
+            .name("cairn-embedder".into())
+            .spawn(move || serve(model, receiver, max_batch))
+            .map_err(|error| Error::Unavailable(format!("cannot start the inference thread: {error}")))?;
+        let model_id = config
+            .model_dir
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "embedding-model".into());
+        Ok(OnnxEmbedder {
+            sender,
+            dimension: config.dimension,
+            model_id,
+        })
+    }
+}
+
+/// The inference loop: block for one job, gather whatever else is waiting, run once.
+fn serve(mut model: Model, receiver: mpsc::Receiver<Job>, max_batch: usize) {
+    while let Ok(first) = receiver.recv() {
+        let mut jobs = vec![first];
+        let mut queued: usize = jobs[0].texts.len();
+        while queued < max_batch {
+            match receiver.try_recv() {
+                Ok(job) => {
+                    queued += job.texts.len();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        let texts: Vec<String> = jobs.iter().flat_map(|job| job.texts.iter().cloned()).collect();
+        let mut outcome = texts
+            .chunks(max_batch)
+            .map(|chunk| model.embed(chunk))
+            .collect::<Result<Vec<_>>>()
+            .map(|batches| batches.into_iter().flatten().collect::<Vec<_>>());
+        for job in jobs {
+            let reply = match &mut outcome {
+                Ok(vectors) => Ok(vectors.drain(..job.texts.len()).collect()),
+                Err(error) => Err(Error::Unavailable(error.to_string())),
+            };
+            // A caller that stopped waiting is not an error of the embedder.
+            let _ = job.reply.send(reply);
+        }
+    }
+}
+
+impl Model {
+    fn embed(&mut self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let failure =
+            |what: &str, error: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {error}"));
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|error| failure("tokenizing", &error))?;
+        let batch = encodings.len();
+        let length = encodings
+            .iter()
+            .map(|encoding| encoding.get_ids().len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let mut ids = vec![0i64; batch * length];
+        let mut mask = vec![0i64; batch * length];
+        let mut types = vec![0i64; batch * length];
+        for (row, encoding) in encodings.iter().enumerate() {
+            for (column, ((id, attention), kind)) in encoding
+                .get_ids()
+                .iter()
+                .zip(encoding.get_attention_mask())
+                .zip(encoding.get_type_ids())
+                .enumerate()
+            {
+                ids[row * length + column] = i64::from(*id);
+                mask[row * length + column] = i64::from(*attention);
+                types[row * length + column] = i64::from(*kind);
+            }
+        }
+        let shape = [batch, length];
+        let tensor = |values: Vec<i64>| {
+            Tensor::from_array((shape, values)).map_err(|error| failure("input tensor", &error))
+        };
+        let mut inputs = ort::inputs![
+            "input_ids" => tensor(ids)?,
+            "attention_mask" => tensor(mask.clone())?,
+        ];
+        if self.wants_token_type_ids {
+            inputs.push(("token_type_ids".into(), tensor(types)?.into()));
+        }
+        let outputs = self
+            .session
+            .run(inputs)
+            .map_err(|error| failure("inference", &error))?;
+        let (output_shape, hidden) = outputs[0]
+            .try_extract_tensor::<f32>()
+            .map_err(|error| failure("reading the output", &error))?;
+        let width = usize::try_from(*output_shape.last().unwrap_or(&0)).unwrap_or(0);
+        if output_shape.len() != 3 || width == 0 {
+            return Err(Error::Unavailable(format!(
+                "the model's first output has shape {output_shape:?}; expected [batch, tokens, hidden]"
+            )));
+        }
+        let tokens = hidden.len() / (batch * width);
+        let mut vectors = Vec::with_capacity(batch);
+        for row in 0..batch {
+            // Mean pooling over real tokens; the mean's divisor cancels in normalisation.
+            let mut pooled = vec![0f32; width];
+            for token in 0..tokens.min(length) {
+                if mask[row * length + token] == 0 {
+                    continue;
+                }
+                let offset = (row * tokens + token) * width;
+                for (sum, value) in pooled.iter_mut().zip(&hidden[offset..offset + width]) {
+                    *sum += value;
+                }
+            }
+            let norm = pooled
+                .iter()
+                .map(|value| value * value)
+                .sum::<f32>()
+                .sqrt()
+                .max(1e-12);
+            vectors.push(pooled.iter().map(|value| value / norm).collect());
+        }
+        Ok(vectors)
+    }
+}
+
+#[async_trait]
+impl Embedder for OnnxEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.sender
+            .send(Job { texts, reply })
+            .map_err(|_| Error::Unavailable("the inference thread has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| Error::Unavailable("the inference thread dropped a request".into()))?
+    }
+}

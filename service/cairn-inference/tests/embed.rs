@@ -1,0 +1,100 @@
+//! The real MiniLM model through ONNX Runtime (provisioned by scripts/setup into the
+//! workspace's `.models`).
+
+use cairn_core::{Embedder, Error, cosine};
+use cairn_inference::{EmbedderConfig, OnnxEmbedder};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn models() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.models")
+}
+
+fn config() -> EmbedderConfig {
+    EmbedderConfig {
+        runtime_library: models().join("onnxruntime/libonnxruntime.so"),
+        model_dir: models().join("all-minilm-l6-v2"),
+        dimension: 384,
+        intra_threads: 1,
+        max_batch: 32,
+        max_tokens: 256,
+    }
+}
+
+#[tokio::test]
+async fn embeddings_are_deterministic_normalised_and_semantic() {
+    let embedder = OnnxEmbedder::load(&config()).expect("load the provisioned model");
+    assert_eq!(embedder.dimension(), 384);
+    let texts = vec![
+        "The user adopted a golden retriever puppy".to_owned(),
+        "The user has a new dog".to_owned(),
+        "Quarterly tax filing deadlines for corporations".to_owned(),
+    ];
+    let first = embedder.embed(texts.clone()).await.expect("embed");
+    let second = embedder.embed(texts).await.expect("embed again");
+    assert_eq!(first.len(), 3);
+    for (a, b) in first.iter().zip(&second) {
+        assert_eq!(a.len(), 384);
+        let norm: f32 = a.iter().map(|v| v * v).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "unit length, got {norm}");
+        assert!(
+            a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6),
+            "deterministic"
+        );
+    }
+    let related = cosine(&first[0], &first[1]);
+    let unrelated = cosine(&first[0], &first[2]);
+    assert!(
+        related > unrelated + 0.2,
+        "related {related} vs unrelated {unrelated}"
+    );
+}
+
+#[tokio::test]
+async fn batch_and_single_calls_agree_and_concurrent_callers_share_the_thread() {
+    let embedder = Arc::new(OnnxEmbedder::load(&config()).expect("load"));
+    let short = "tea".to_owned();
+    let long = "The user spent the whole summer walking the Camino de Santiago with two friends".to_owned();
+    let alone = embedder.embed(vec![short.clone()]).await.expect("alone");
+    let together = embedder
+        .embed(vec![long.clone(), short.clone()])
+        .await
+        .expect("together");
+    assert!(
+        cosine(&alone[0], &together[1]) > 0.9999,
+        "padding must not change a vector"
+    );
+    let mut tasks = Vec::new();
+    for index in 0..16 {
+        let embedder = Arc::clone(&embedder);
+        tasks.push(tokio::spawn(async move {
+            embedder.embed(vec![format!("message number {index}")]).await
+        }));
+    }
+    for task in tasks {
+        let vectors = task.await.expect("task").expect("embed");
+        assert_eq!(vectors.len(), 1);
+        assert_eq!(vectors[0].len(), 384);
+    }
+}
+
+#[test]
+fn missing_files_name_the_file_and_the_fix() {
+    let mut broken = config();
+    broken.model_dir = models().join("no-such-model");
+    let Err(error) = OnnxEmbedder::load(&broken) else {
+        panic!("loading a missing model must fail")
+    };
+    let message = error.to_string();
+    assert!(matches!(error, Error::Unavailable(_)));
+    assert!(
+        message.contains("no-such-model/model.onnx") && message.contains("scripts/setup"),
+        "{message}"
+    );
+    let mut wrong_width = config();
+    wrong_width.dimension = 768;
+    let Err(error) = OnnxEmbedder::load(&wrong_width) else {
+        panic!("a dimension mismatch must fail")
+    };
+    assert!(error.to_string().contains("768"), "{error}");
+}
