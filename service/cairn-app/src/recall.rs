@@ -1,6 +1,6 @@
 //! Recall: retrieval legs per tier, reciprocal rank fusion, and explanations.
 
-use crate::{Cairn, now, validate};
+use crate::{Cairn, Fusion, now, validate};
 use cairn_core::{Error, FactStatus, FactType, Memory, Result, Scope, TextQuery, Tier, VectorQuery};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -9,6 +9,33 @@ use std::collections::HashMap;
 enum Leg {
     Bm25,
     Knn,
+}
+
+/// Maps a leg's raw scores to [0, 1]: BM25 divided by the leg's best score, cosine
+/// similarity min-max scaled over the leg.
+struct LegScale {
+    low: f64,
+    high: f64,
+}
+
+impl LegScale {
+    fn of(leg: Leg, hits: &[cairn_core::TextHit]) -> Self {
+        let high = hits.iter().map(|hit| hit.score).fold(f64::MIN, f64::max);
+        let low = match leg {
+            Leg::Bm25 => 0.0,
+            Leg::Knn => hits.iter().map(|hit| hit.score).fold(f64::MAX, f64::min),
+        };
+        LegScale { low, high }
+    }
+
+    fn apply(&self, score: f64) -> f64 {
+        let span = self.high - self.low;
+        if span > f64::EPSILON {
+            ((score - self.low) / span).clamp(0.0, 1.0)
+        } else {
+            1.0
+        }
+    }
 }
 
 /// The reciprocal rank fusion contribution of a 1-based `rank` in a leg of `weight`.
@@ -120,8 +147,13 @@ impl Cairn {
                 (Leg::Bm25, weights.0, text_leg),
                 (Leg::Knn, weights.1, vector_leg),
             ] {
+                let scale = LegScale::of(leg, &hits);
                 for (index, hit) in hits.into_iter().enumerate() {
                     let rank = index + 1;
+                    let contribution = match self.settings.fusion {
+                        Fusion::ReciprocalRank => rrf(weight, self.settings.rrf_k, rank),
+                        Fusion::ScaledScores => weight * scale.apply(hit.score),
+                    };
                     let entry = fused
                         .entry(hit.memory.id().to_owned())
                         .or_insert_with(|| (hit.memory.clone(), Explanation::default()));
@@ -135,7 +167,7 @@ impl Cairn {
                             entry.1.knn_similarity = Some(hit.score);
                         }
                     }
-                    entry.1.fused_score += rrf(weight, self.settings.rrf_k, rank);
+                    entry.1.fused_score += contribution;
                 }
             }
         }

@@ -1,0 +1,327 @@
+//! LoCoMo retrieval evaluation through Cairn's real recall pipeline.
+//!
+//! Each conversation becomes one tenant with one user; every turn is ingested as an
+//! episode ("speaker: text [photo: caption]"). Every question of categories 1-4 with
+//! evidence is then recalled in its conversation's scope under several pipeline
+//! configurations, and turn Recall@1/5/10/25, session Recall@1/5 and MRR are printed.
+//! An isolation sweep asks every question in every other conversation's scope; any hit
+//! from outside the asking scope fails the run.
+
+use anyhow::{Context, bail};
+use cairn_app::{Cairn, Fusion, IngestRequest, Message, RecallRequest, RequestContext, Role, Settings};
+use cairn_core::{MemoryStore, Permission, Principal, Scope, TenantId, Tier};
+use cairn_inference::{EmbedderConfig, OnnxEmbedder};
+use cairn_store_sqlite::SqliteStore;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Deserialize)]
+struct Sample {
+    sample_id: String,
+    conversation: serde_json::Map<String, Value>,
+    qa: Vec<Question>,
+}
+
+#[derive(Deserialize)]
+struct Question {
+    question: String,
+    #[serde(default)]
+    evidence: Vec<String>,
+    category: u8,
+}
+
+#[derive(Deserialize)]
+struct Turn {
+    speaker: String,
+    dia_id: String,
+    text: String,
+    #[serde(default)]
+    blip_caption: Option<String>,
+}
+
+/// One conversation as ingested: its scope and which episode is which turn.
+struct Conversation {
+    scope: Scope,
+    turn_of_episode: HashMap<String, String>,
+    questions: Vec<(String, HashSet<String>)>,
+}
+
+/// The harness plays the authentication layer for its own synthetic tenants.
+#[allow(clippy::disallowed_methods)]
+fn scope_of(sample_id: &str) -> anyhow::Result<Scope> {
+    let tenant = TenantId::parse(sample_id).map_err(|error| anyhow::anyhow!("{error}"))?;
+    Ok(
+        Principal::from_verified_credential("locomo-eval".into(), tenant, None, vec![Permission::Admin])
+            .scope_for("speakers", Permission::Admin)?,
+    )
+}
+
+fn session_of(turn_id: &str) -> &str {
+    turn_id.split(':').next().unwrap_or(turn_id)
+}
+
+#[derive(Default)]
+struct Tally {
+    questions: usize,
+    turn_recall: [f64; 4],
+    session_recall: [f64; 2],
+    reciprocal_rank: f64,
+}
+
+/// The service's default settings: scaled-score fusion, BM25 0.7, kNN 0.3.
+const DEFAULT_PIPELINE: &str = "default: scaled scores 0.7/0.3";
+
+const TURN_CUTS: [usize; 4] = [1, 5, 10, 25];
+const SESSION_CUTS: [usize; 2] = [1, 5];
+
+impl Tally {
+    fn add(&mut self, ranked_turns: &[String], evidence: &HashSet<String>) {
+        self.questions += 1;
+        for (slot, cut) in TURN_CUTS.iter().enumerate() {
+            let found = ranked_turns
+                .iter()
+                .take(*cut)
+                .filter(|turn| evidence.contains(*turn))
+                .count();
+            self.turn_recall[slot] += found as f64 / evidence.len() as f64;
+        }
+        let wanted: HashSet<&str> = evidence.iter().map(|turn| session_of(turn)).collect();
+        for (slot, cut) in SESSION_CUTS.iter().enumerate() {
+            let mut seen = HashSet::new();
+            for turn in ranked_turns {
+                if seen.len() == *cut {
+                    break;
+                }
+                seen.insert(session_of(turn));
+            }
+            self.session_recall[slot] +=
+                wanted.iter().filter(|s| seen.contains(**s)).count() as f64 / wanted.len() as f64;
+        }
+        if let Some(position) = ranked_turns.iter().position(|turn| evidence.contains(turn)) {
+            self.reciprocal_rank += 1.0 / (position as f64 + 1.0);
+        }
+    }
+
+    fn row(&self, name: &str) -> String {
+        let n = self.questions.max(1) as f64;
+        format!(
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            self.turn_recall[0] / n,
+            self.turn_recall[1] / n,
+            self.turn_recall[2] / n,
+            self.turn_recall[3] / n,
+            self.session_recall[0] / n,
+            self.session_recall[1] / n,
+            self.reciprocal_rank / n
+        )
+    }
+}
+
+async fn ingest(cairn: &Cairn, sample: &Sample) -> anyhow::Result<Conversation> {
+    let scope = scope_of(&sample.sample_id)?;
+    let context = RequestContext {
+        request_id: "locomo".into(),
+    };
+    let mut sessions: Vec<(usize, &str)> = sample
+        .conversation
+        .keys()
+        .filter_map(|key| {
+            let number = key.strip_prefix("session_")?;
+            (!number.contains('_')).then(|| number.parse::<usize>().ok().map(|n| (n, key.as_str())))?
+        })
+        .collect();
+    sessions.sort();
+    let mut turn_of_episode = HashMap::new();
+    let mut known_turns = HashSet::new();
+    for (_, key) in sessions {
+        let turns: Vec<Turn> = serde_json::from_value(sample.conversation[key].clone())
+            .with_context(|| format!("{} {key}", sample.sample_id))?;
+        for chunk in turns.chunks(100) {
+            let messages = chunk
+                .iter()
+                .map(|turn| {
+                    let mut content = format!("{}: {}", turn.speaker, turn.text);
+                    if let Some(caption) = &turn.blip_caption {
+                        content.push_str(&format!(" [photo: {caption}]"));
+                    }
+                    Message {
+                        role: Role::User,
+                        content,
+                        timestamp: None,
+                    }
+                })
+                .collect();
+            let request = IngestRequest {
+                messages,
+                session_id: Some(key.to_owned()),
+                consolidate: cairn_app::ConsolidateMode::None,
+            };
+            let outcome = cairn.ingest(&scope, &context, request).await?;
+            for (episode_id, turn) in outcome.episode_ids.into_iter().zip(chunk) {
+                known_turns.insert(turn.dia_id.clone());
+                turn_of_episode.insert(episode_id, turn.dia_id.clone());
+            }
+        }
+    }
+    let questions = sample
+        .qa
+        .iter()
+        .filter(|question| (1..=4).contains(&question.category))
+        .filter_map(|question| {
+            // Some evidence ids are malformed ("D8:6; D9:17"); ids that match no turn are skipped.
+            let evidence: HashSet<String> = question
+                .evidence
+                .iter()
+                .filter(|id| known_turns.contains(*id))
+                .cloned()
+                .collect();
+            (!evidence.is_empty()).then(|| (question.question.clone(), evidence))
+        })
+        .collect();
+    Ok(Conversation {
+        scope,
+        turn_of_episode,
+        questions,
+    })
+}
+
+async fn ranked(cairn: &Cairn, scope: &Scope, question: &str, k: usize) -> anyhow::Result<Vec<String>> {
+    let mut request = RecallRequest::new(question);
+    request.k = Some(k);
+    request.tiers = vec![Tier::Episodic];
+    let result = cairn.recall(scope, request).await?;
+    Ok(result
+        .hits
+        .into_iter()
+        .map(|hit| hit.memory.id().to_owned())
+        .collect())
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut arguments = std::env::args().skip(1);
+    let data = PathBuf::from(
+        arguments
+            .next()
+            .unwrap_or_else(|| "../shared/data/locomo/locomo_dev5.json".into()),
+    );
+    let models = PathBuf::from(arguments.next().unwrap_or_else(|| ".models".into()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(data, models))
+}
+
+async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
+    let samples: Vec<Sample> = serde_json::from_str(
+        &std::fs::read_to_string(&data).with_context(|| format!("cannot read {}", data.display()))?,
+    )?;
+    let directory = tempfile::tempdir()?;
+    let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(directory.path())?);
+    let embedder = Arc::new(OnnxEmbedder::load(&EmbedderConfig {
+        runtime_library: models.join("onnxruntime/libonnxruntime.so"),
+        model_dir: models.join("all-minilm-l6-v2"),
+        dimension: 384,
+        intra_threads: 1,
+        max_batch: 32,
+        max_tokens: 256,
+    })?);
+    let base = Settings {
+        bump_usage_on_recall: false,
+        candidates_per_leg: 100,
+        ..Settings::default()
+    };
+    let pipeline_with = |fusion: Fusion, bm25_weight: f64, knn_weight: f64| {
+        let settings = Settings {
+            fusion,
+            bm25_weight,
+            knn_weight,
+            ..base.clone()
+        };
+        Cairn::new(Arc::clone(&store), Some(embedder.clone()), settings)
+    };
+    let pipeline =
+        |bm25_weight: f64, knn_weight: f64| pipeline_with(Fusion::ReciprocalRank, bm25_weight, knn_weight);
+    let started = std::time::Instant::now();
+    let ingestor = pipeline(1.0, 1.0);
+    let mut conversations = Vec::new();
+    for sample in &samples {
+        conversations.push(ingest(&ingestor, sample).await?);
+    }
+    let turns: usize = conversations.iter().map(|c| c.turn_of_episode.len()).sum();
+    let questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
+    eprintln!(
+        "ingested {turns} turns of {} conversations in {:.1} s",
+        conversations.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    let configurations = [
+        ("BM25 only", pipeline(1.0, 0.0)),
+        ("kNN only", pipeline(0.0, 1.0)),
+        ("RRF (k=60), BM25 + kNN", pipeline(1.0, 1.0)),
+        ("RRF, BM25 weight 2", pipeline(2.0, 1.0)),
+        (
+            "scaled scores 0.5/0.5",
+            pipeline_with(Fusion::ScaledScores, 0.5, 0.5),
+        ),
+        (
+            "scaled scores 0.6/0.4",
+            pipeline_with(Fusion::ScaledScores, 0.6, 0.4),
+        ),
+        (
+            DEFAULT_PIPELINE,
+            Cairn::new(Arc::clone(&store), Some(embedder.clone()), base.clone()),
+        ),
+    ];
+    println!(
+        "LoCoMo retrieval, {} conversations, {questions} questions (categories 1-4), every turn an episode",
+        conversations.len()
+    );
+    println!();
+    println!("| pipeline | turn R@1 | turn R@5 | turn R@10 | turn R@25 | session R@1 | session R@5 | MRR |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, cairn) in &configurations {
+        let mut tally = Tally::default();
+        for conversation in &conversations {
+            for (question, evidence) in &conversation.questions {
+                let turns: Vec<String> = ranked(cairn, &conversation.scope, question, 25)
+                    .await?
+                    .iter()
+                    .filter_map(|id| conversation.turn_of_episode.get(id).cloned())
+                    .collect();
+                tally.add(&turns, evidence);
+            }
+        }
+        println!("{}", tally.row(name));
+    }
+
+    // Isolation sweep: every question in every other scope; any foreign hit fails.
+    let sweep = &configurations[configurations.len() - 1].1; // the default pipeline
+    let mut asked = 0usize;
+    for (index, conversation) in conversations.iter().enumerate() {
+        for (other_index, other) in conversations.iter().enumerate() {
+            if other_index == index {
+                continue;
+            }
+            for (question, _) in &conversation.questions {
+                asked += 1;
+                for id in ranked(sweep, &other.scope, question, 25).await? {
+                    if !other.turn_of_episode.contains_key(&id) {
+                        bail!(
+                            "isolation failure: {id} returned in scope {} for a question of another",
+                            other.scope.tenant()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    println!();
+    println!("isolation sweep: {asked} questions asked in other conversations' scopes, 0 foreign hits");
+    eprintln!("evaluation took {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
