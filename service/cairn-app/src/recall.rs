@@ -134,14 +134,19 @@ impl Cairn {
                 session_id: session_id.clone(),
                 limit: self.settings.candidates_per_leg,
             };
-            let text_leg = self.store.search_text(scope, &text_query).await?;
+            // A leg with no weight cannot change the ranking, so it is not run.
+            let text_leg = if weights.0 > 0.0 {
+                self.store.search_text(scope, &text_query).await?
+            } else {
+                Vec::new()
+            };
             let vector_leg = match &query_vector {
-                Some(vector) => {
+                Some(vector) if weights.1 > 0.0 => {
                     self.store
                         .search_vector(scope, &VectorQuery::like(&text_query, vector.clone()))
                         .await?
                 }
-                None => Vec::new(),
+                Some(_) | None => Vec::new(),
             };
             for (leg, weight, hits) in [
                 (Leg::Bm25, weights.0, text_leg),

@@ -1,11 +1,18 @@
-//! Hybrid recall latency (BM25 + kNN, query embedding included) at 10k facts in one
-//! scope, on the embedded store, through
-//! the same use-case function the REST handler calls. Prints figures; asserts nothing.
+//! Recall latency and ingest throughput on the embedded store, through the same
+//! use-case functions the REST handlers call, with the real embedding model. Prints
+//! figures; asserts nothing.
 //!
-//! Run with `cargo bench -p cairn-server --bench recall` (see README).
+//! Run with `cargo bench -p cairn-server --bench recall` (see README). Sizes can be
+//! narrowed with arguments, e.g. `-- 1000 10000`.
 
-use cairn_app::{Cairn, FactInput, RecallRequest, RequestContext, Settings};
-use cairn_core::{FactType, Permission, Principal, Scope, TenantId};
+use cairn_app::{
+    Cairn, ConsolidateMode, IngestRequest, Message, RecallRequest, RequestContext, Role, Settings,
+};
+use cairn_core::{
+    Change, ChangeSet, Embedder, Fact, FactStatus, FactType, MemoryStore, Permission, Principal, Scope,
+    TenantId, Tier, new_id,
+};
+use cairn_inference::OnnxEmbedder;
 use cairn_store_sqlite::SqliteStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +55,9 @@ const OBJECTS: &[&str] = &[
     "the pottery class",
     "a rental car",
 ];
+const OTHER_SCOPES: usize = 100;
+const FACTS_PER_OTHER_SCOPE: usize = 100;
+const QUERIES: usize = 300;
 
 /// A deterministic pseudo-random sequence (xorshift), so runs are comparable.
 struct Sequence(u64);
@@ -58,6 +68,15 @@ impl Sequence {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         (self.0 % bound as u64) as usize
+    }
+
+    fn sentence(&mut self, index: usize) -> String {
+        format!(
+            "The user's {} {} {} (note {index})",
+            SUBJECTS[self.next(SUBJECTS.len())],
+            VERBS[self.next(VERBS.len())],
+            OBJECTS[self.next(OBJECTS.len())]
+        )
     }
 }
 
@@ -74,37 +93,90 @@ fn percentile(sorted: &[Duration], share: f64) -> f64 {
     sorted[index].as_secs_f64() * 1000.0
 }
 
-async fn fill(cairn: &Cairn, scope: &Scope, count: usize, sequence: &mut Sequence) -> Duration {
-    let context = RequestContext {
-        request_id: "bench".into(),
-    };
-    let started = Instant::now();
-    for index in 0..count {
-        let text = format!(
-            "The user's {} {} {} (note {index})",
-            SUBJECTS[sequence.next(SUBJECTS.len())],
-            VERBS[sequence.next(VERBS.len())],
-            OBJECTS[sequence.next(OBJECTS.len())]
-        );
-        cairn
-            .write_fact(
-                scope,
-                &context,
-                FactInput {
-                    text,
-                    fact_type: Some(FactType::World),
-                    ..FactInput::default()
-                },
-            )
-            .await
-            .expect("write");
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with("VmHWM:"))
+                .and_then(|line| line.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<f64>().ok())
+        })
+        .map(|kib| kib / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// Adds `count` embedded facts to a scope in batches (fixture loading, not measured).
+async fn load(
+    store: &dyn MemoryStore,
+    embedder: &dyn Embedder,
+    scope: &Scope,
+    count: usize,
+    sequence: &mut Sequence,
+) {
+    let mut index = 0;
+    while index < count {
+        let texts: Vec<String> = (index..(index + 64).min(count))
+            .map(|i| sequence.sentence(i))
+            .collect();
+        let vectors = embedder.embed(texts.clone()).await.expect("embed");
+        let mut change_set = ChangeSet::new(cairn_core::AuditEvent {
+            id: new_id("aud"),
+            at: chrono::Utc::now(),
+            subject: "bench".into(),
+            tenant: scope.tenant().as_str().into(),
+            user: scope.user().as_str().into(),
+            action: "bench.load".into(),
+            target_ids: Vec::new(),
+            request_id: "bench".into(),
+            detail: serde_json::Value::Null,
+        });
+        for (text, vector) in texts.into_iter().zip(vectors) {
+            change_set.changes.push(Change::InsertFact(Fact {
+                id: new_id("fact"),
+                fact_type: FactType::World,
+                text,
+                confidence: 1.0,
+                status: FactStatus::Active,
+                source_episode_ids: Vec::new(),
+                source_span: None,
+                created_at: chrono::Utc::now(),
+                superseded_at: None,
+                superseded_by: None,
+                retracted_at: None,
+                retraction_reason: None,
+                valid_from: None,
+                valid_to: None,
+                expires_at: None,
+                last_used_at: None,
+                use_count: 0,
+                embedding: Some(vector),
+            }));
+        }
+        store.commit(scope, change_set).await.expect("load");
+        index += 64;
     }
-    started.elapsed()
 }
 
 fn main() {
-    let facts: usize = 10_000;
-    let queries: usize = 500;
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let sizes: Vec<usize> = arguments
+        .iter()
+        .filter_map(|argument| argument.parse().ok())
+        .collect();
+    // `--legs bm25` or `--legs knn` times one leg alone, to see where the time goes.
+    let legs = arguments
+        .iter()
+        .position(|argument| argument == "--legs")
+        .and_then(|index| arguments.get(index + 1))
+        .cloned()
+        .unwrap_or_else(|| "both".into());
+    let sizes = if sizes.is_empty() {
+        vec![1_000, 10_000, 100_000]
+    } else {
+        sizes
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -112,48 +184,93 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let directory = tempfile::tempdir().expect("temp dir");
-        let store = SqliteStore::open(directory.path()).expect("store");
-        let settings = Settings { bump_usage_on_recall: false, ..Settings::default() };
+        let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(directory.path()).expect("store"));
         let models = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.models");
         let config = cairn_server::config::Config { models_dir: models, ..Default::default() };
-        let embedder = cairn_inference::OnnxEmbedder::load(&config.embedder()).expect("run scripts/setup first");
-        let cairn = Cairn::new(Arc::new(store), Some(Arc::new(embedder)), settings);
-        let mut sequence = Sequence(0x9e37_79b9_7f4a_7c15);
-        let measured = scope("bench-tenant");
-        let write_time = fill(&cairn, &measured, facts, &mut sequence).await;
-        // Another tenant's facts share the index, as in a real multi-tenant store.
-        fill(&cairn, &scope("noise-tenant"), facts, &mut sequence).await;
-
-        let mut latencies = Vec::with_capacity(queries);
-        let mut hits = 0usize;
-        for _ in 0..queries {
-            let query = format!(
-                "what does the {} think about {}",
-                SUBJECTS[sequence.next(SUBJECTS.len())],
-                OBJECTS[sequence.next(OBJECTS.len())]
-            );
-            let mut request = RecallRequest::new(query);
-            request.k = Some(10);
-            request.tiers = vec![cairn_core::Tier::Semantic];
-            let started = Instant::now();
-            let result = cairn.recall(&measured, request).await.expect("recall");
-            latencies.push(started.elapsed());
-            hits += result.hits.len();
+        let embedder: Arc<dyn Embedder> =
+            Arc::new(OnnxEmbedder::load(&config.embedder()).expect("run scripts/setup first"));
+        let mut settings = Settings { bump_usage_on_recall: false, ..Settings::default() };
+        match legs.as_str() {
+            "bm25" => settings.knn_weight = 0.0,
+            "knn" => settings.bm25_weight = 0.0,
+            _ => {}
         }
-        latencies.sort();
-        println!("hybrid recall (BM25 + kNN, query embedded), embedded store, {facts} facts in the scope (+{facts} in another tenant)");
-        println!(
-            "  writes: {facts} facts in {:.1} s ({:.0} writes/s, embedded one by one, one durable transaction each)",
-            write_time.as_secs_f64(),
-            facts as f64 / write_time.as_secs_f64()
-        );
-        println!(
-            "  recall k=10 over {queries} queries: p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, max {:.2} ms; mean hits {:.1}",
-            percentile(&latencies, 0.50),
-            percentile(&latencies, 0.95),
-            percentile(&latencies, 0.99),
-            percentile(&latencies, 1.0),
-            hits as f64 / queries as f64
-        );
+        let cairn = Cairn::new(Arc::clone(&store), Some(Arc::clone(&embedder)), settings);
+        let mut sequence = Sequence(0x9e37_79b9_7f4a_7c15);
+
+        // Ingest throughput: episodes through the ingest use case, embedding included.
+        let episodes = if legs == "both" { 2_000 } else { 0 };
+        let ingest_scope = scope("ingest-tenant");
+        let context = RequestContext { request_id: "bench".into() };
+        let started = Instant::now();
+        for batch in 0..episodes / 20 {
+            let messages = (0..20)
+                .map(|i| Message { role: Role::User, content: sequence.sentence(batch * 20 + i), timestamp: None })
+                .collect();
+            let request = IngestRequest { messages, session_id: None, consolidate: ConsolidateMode::None };
+            cairn.ingest(&ingest_scope, &context, request).await.expect("ingest");
+        }
+        let ingest_seconds = started.elapsed().as_secs_f64();
+        if episodes > 0 {
+            println!(
+            "ingest: {episodes} episodes in calls of 20 in {ingest_seconds:.1} s = {:.0} episodes/s (embedding included)",
+            episodes as f64 / ingest_seconds
+            );
+        }
+        let started = Instant::now();
+        for index in 0..episodes / 10 {
+            let messages = vec![Message { role: Role::User, content: sequence.sentence(index), timestamp: None }];
+            let request = IngestRequest { messages, session_id: None, consolidate: ConsolidateMode::None };
+            cairn.ingest(&ingest_scope, &context, request).await.expect("ingest");
+        }
+        if episodes > 0 {
+            println!(
+                "ingest: {} single-episode calls = {:.0} episodes/s",
+                episodes / 10,
+                (episodes / 10) as f64 / started.elapsed().as_secs_f64()
+            );
+        }
+
+        for other in 0..OTHER_SCOPES {
+            load(store.as_ref(), embedder.as_ref(), &scope(&format!("other-{other}")), FACTS_PER_OTHER_SCOPE, &mut sequence)
+                .await;
+        }
+        println!("{OTHER_SCOPES} other scopes with {FACTS_PER_OTHER_SCOPE} facts each are present");
+        let measured = scope("bench-tenant");
+        let mut loaded = 0;
+        for size in sizes {
+            load(store.as_ref(), embedder.as_ref(), &measured, size - loaded, &mut sequence).await;
+            loaded = size;
+            let mut latencies = Vec::with_capacity(QUERIES);
+            for warm in 0..QUERIES + 20 {
+                let query = format!(
+                    "what does the {} think about {}",
+                    SUBJECTS[sequence.next(SUBJECTS.len())],
+                    OBJECTS[sequence.next(OBJECTS.len())]
+                );
+                let mut request = RecallRequest::new(query);
+                request.k = Some(10);
+                request.tiers = vec![Tier::Semantic];
+                let started = Instant::now();
+                let result = cairn.recall(&measured, request).await.expect("recall");
+                if warm >= 20 {
+                    latencies.push(started.elapsed());
+                }
+                assert!(!result.hits.is_empty());
+            }
+            latencies.sort();
+            println!(
+                "recall k=10, {legs} legs, {size} facts in the scope: p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
+                percentile(&latencies, 0.50),
+                percentile(&latencies, 0.95),
+                percentile(&latencies, 0.99)
+            );
+        }
+        let started = Instant::now();
+        for _ in 0..100 {
+            embedder.embed(vec!["what does the coach think about green tea".into()]).await.expect("embed");
+        }
+        println!("query embedding alone: {:.1} ms per query", started.elapsed().as_secs_f64() * 10.0);
+        println!("peak RSS: {:.0} MiB", peak_rss_mib());
     });
 }

@@ -9,11 +9,12 @@ mod commit;
 mod rows;
 mod schema;
 mod search;
+mod vectors;
 
 use cairn_core::{
-    AuditEvent, ChangeSet, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, MemoryStore, Page,
-    PageRequest, Playbook, Result, Scope, StatusFilter, TextHit, TextQuery, Tombstone, TombstoneReason,
-    VectorQuery,
+    AuditEvent, Change, ChangeSet, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, MemoryStore,
+    Page, PageRequest, Playbook, Result, Scope, StatusFilter, TextHit, TextQuery, Tier, Tombstone,
+    TombstoneReason, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use rows::micros;
@@ -34,6 +35,7 @@ struct Inner {
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     path: PathBuf,
+    vectors: vectors::VectorCache,
 }
 
 /// The embedded backend. Cheap to clone; clones share connections.
@@ -68,6 +70,7 @@ impl SqliteStore {
                 readers,
                 next_reader: AtomicUsize::new(0),
                 path,
+                vectors: vectors::VectorCache::default(),
             }),
         })
     }
@@ -202,10 +205,20 @@ impl MemoryStore for SqliteStore {
 
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()> {
         let scope = scope.clone();
+        let inner = Arc::clone(&self.inner);
         self.write(move |connection| {
             let transaction = connection.transaction().map_err(storage)?;
             commit::apply(&transaction, &scope, &change_set)?;
-            transaction.commit().map_err(storage)
+            transaction.commit().map_err(storage)?;
+            // Erased rows free their rowids for reuse and new versions replace vectors.
+            for change in &change_set.changes {
+                match change {
+                    Change::EraseFact { .. } => inner.vectors.clear(Tier::Semantic),
+                    Change::AppendPlaybookVersion { .. } => inner.vectors.clear(Tier::Procedural),
+                    _ => {}
+                }
+            }
+            Ok(())
         })
         .await
     }
@@ -425,7 +438,8 @@ impl MemoryStore for SqliteStore {
     async fn search_vector(&self, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>> {
         let scope = scope.clone();
         let query = query.clone();
-        self.read(move |connection| search::search_vector(connection, &scope, &query))
+        let inner = Arc::clone(&self.inner);
+        self.read(move |connection| search::search_vector(connection, &inner.vectors, &scope, &query))
             .await
     }
 
@@ -519,6 +533,7 @@ impl MemoryStore for SqliteStore {
 
     async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
         let scope = scope.clone();
+        let inner = Arc::clone(&self.inner);
         self.write(move |connection| {
             let transaction = connection.transaction().map_err(storage)?;
             let tenant = scope.tenant().as_str();
@@ -546,6 +561,9 @@ impl MemoryStore for SqliteStore {
             };
             commit::insert_audit(&transaction, &scope, &audit).map_err(storage)?;
             transaction.commit().map_err(storage)?;
+            for tier in Tier::ALL {
+                inner.vectors.clear(tier);
+            }
             Ok(receipt)
         })
         .await

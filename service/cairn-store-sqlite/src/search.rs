@@ -2,11 +2,13 @@
 //! vectors. Both apply scope and currency inside the query, before ranking.
 
 use crate::rows::{self, micros, scope_key};
+use crate::vectors::{RowVector, VectorCache};
 use cairn_core::text::query_terms;
 use cairn_core::{Error, FactType, Memory, Result, Scope, TextHit, TextQuery, Tier, VectorQuery, cosine};
 use chrono::{DateTime, Utc};
 use rusqlite::Connection;
 use rusqlite::types::Value;
+use std::sync::Arc;
 
 fn storage(error: rusqlite::Error) -> Error {
     Error::Storage(error.to_string())
@@ -136,8 +138,10 @@ pub fn search_text(connection: &Connection, scope: &Scope, query: &TextQuery) ->
         Tier::Episodic => "episodes_fts",
         Tier::Procedural => "playbooks_fts",
     };
+    // CROSS JOIN keeps the full-text match as the outer loop: the planner must not
+    // walk the scope's rows and probe the FTS index once per row.
     let sql = format!(
-        "SELECT {columns}, bm25({fts}, 1.0, 0.0) AS rank FROM {fts} JOIN {table} ON {alias}.seq = {fts}.rowid \
+        "SELECT {columns}, bm25({fts}, 1.0, 0.0) AS rank FROM {fts} CROSS JOIN {table} ON {alias}.seq = {fts}.rowid \
          WHERE {fts} MATCH {matched} AND {conditions} ORDER BY rank LIMIT {limit}"
     );
     let mut statement = connection.prepare_cached(&sql).map_err(storage)?;
@@ -157,9 +161,14 @@ pub fn search_text(connection: &Connection, scope: &Scope, query: &TextQuery) ->
     Ok(hits)
 }
 
-/// Exact cosine kNN: reads the vectors of the records that pass the restrictions,
-/// scores them in memory, then loads the best rows.
-pub fn search_vector(connection: &Connection, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>> {
+/// Exact cosine kNN: reads the ids of the records that pass the restrictions, scores
+/// their vectors (from the cache, loading what is missing), then loads the best rows.
+pub fn search_vector(
+    connection: &Connection,
+    cache: &VectorCache,
+    scope: &Scope,
+    query: &VectorQuery,
+) -> Result<Vec<TextHit>> {
     if query.limit == 0 {
         return Ok(Vec::new());
     }
@@ -173,35 +182,26 @@ pub fn search_vector(connection: &Connection, scope: &Scope, query: &VectorQuery
     };
     let (table, conditions) = restrictions(scope, &restrict, &mut parameters);
     let (columns, alias) = columns(query.tier);
-    let candidates_sql = format!(
-        "SELECT {alias}.seq, {alias}.embedding FROM {table} WHERE {conditions} AND {alias}.embedding IS NOT NULL"
-    );
-    let mut scored: Vec<(f32, i64)> = Vec::new();
-    {
-        let mut statement = connection.prepare_cached(&candidates_sql).map_err(storage)?;
-        let mut rows = statement
-            .query(rusqlite::params_from_iter(parameters.iter()))
-            .map_err(storage)?;
-        let mut buffer: Vec<f32> = Vec::with_capacity(query.vector.len());
-        while let Some(row) = rows.next().map_err(storage)? {
-            let seq: i64 = row.get(0).map_err(storage)?;
-            let bytes = row
-                .get_ref(1)
-                .map_err(storage)?
-                .as_blob()
-                .map_err(|e| Error::Storage(e.to_string()))?;
-            if bytes.len() != query.vector.len() * 4 {
-                continue;
-            }
-            buffer.clear();
-            buffer.extend(
-                bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            );
-            scored.push((cosine(&query.vector, &buffer), seq));
-        }
+    // Only index columns are read here; rows without a vector are cached as empty.
+    let candidates_sql = format!("SELECT {alias}.seq FROM {table} WHERE {conditions}");
+    let seqs: Vec<i64> = connection
+        .prepare_cached(&candidates_sql)
+        .map_err(storage)?
+        .query_map(rusqlite::params_from_iter(parameters.iter()), |row| row.get(0))
+        .map_err(storage)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(storage)?;
+    let (mut vectors, missing) = cache.lookup(query.tier, &seqs);
+    if !missing.is_empty() {
+        let loaded = load_vectors(connection, table, alias, &missing)?;
+        cache.remember(query.tier, &loaded);
+        vectors.extend(loaded);
     }
+    let mut scored: Vec<(f32, i64)> = vectors
+        .iter()
+        .filter(|(_, vector)| vector.len() == query.vector.len())
+        .map(|(seq, vector)| (cosine(&query.vector, vector), *seq))
+        .collect();
     let keep = query.limit.min(scored.len());
     if keep == 0 {
         return Ok(Vec::new());
@@ -231,4 +231,35 @@ pub fn search_vector(connection: &Connection, scope: &Scope, query: &VectorQuery
             })
         })
         .collect())
+}
+
+/// Reads the vectors of the given rows, in chunks that stay under SQLite's parameter limit.
+fn load_vectors(connection: &Connection, table: &str, alias: &str, seqs: &[i64]) -> Result<Vec<RowVector>> {
+    let mut loaded = Vec::with_capacity(seqs.len());
+    for chunk in seqs.chunks(500) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let sql = format!(
+            "SELECT {alias}.seq, {alias}.embedding FROM {table} WHERE {alias}.seq IN ({placeholders})"
+        );
+        let mut statement = connection.prepare(&sql).map_err(storage)?;
+        let mut rows = statement
+            .query(rusqlite::params_from_iter(chunk.iter()))
+            .map_err(storage)?;
+        while let Some(row) = rows.next().map_err(storage)? {
+            let seq: i64 = row.get(0).map_err(storage)?;
+            // A row without a vector is cached as an empty one and never scores.
+            let bytes = row
+                .get_ref(1)
+                .map_err(storage)?
+                .as_blob_or_null()
+                .map_err(|e| Error::Storage(e.to_string()))?
+                .unwrap_or_default();
+            let vector: Arc<[f32]> = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            loaded.push((seq, vector));
+        }
+    }
+    Ok(loaded)
 }

@@ -32,6 +32,7 @@ macro_rules! conformance_suite {
             episodes_are_searchable_by_session,
             vector_search_is_scoped_and_current,
             the_embedding_space_is_claimed_once,
+            vectors_follow_erasure_and_reuse,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -937,4 +938,42 @@ pub async fn the_embedding_space_is_claimed_once(store: Arc<dyn MemoryStore>) {
         matches!(other, Err(Error::Unavailable(ref message)) if message.contains("384")),
         "{other:?}"
     );
+}
+
+pub async fn vectors_follow_erasure_and_reuse(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let first_vector = unit(&[1.0, 0.0, 0.0]);
+    let mut first = fact(
+        "A record that will be forgotten",
+        Utc::now() - Duration::minutes(1),
+    );
+    first.embedding = Some(first_vector.clone());
+    insert(store.as_ref(), &alice, &first).await;
+    assert_eq!(
+        nearest(store.as_ref(), &alice, &first_vector, false).await[0].0,
+        first.id
+    );
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "fact.forget")).with(Change::EraseFact {
+                fact_id: first.id.clone(),
+            }),
+        )
+        .await
+        .expect("erase");
+    assert!(
+        nearest(store.as_ref(), &alice, &first_vector, false)
+            .await
+            .is_empty(),
+        "erased vectors are gone"
+    );
+    // A new record may take the erased record's place in storage; it must be scored by its own vector.
+    let second_vector = unit(&[0.0, 0.0, 1.0]);
+    let mut second = fact("A record written afterwards", Utc::now() - Duration::minutes(1));
+    second.embedding = Some(second_vector.clone());
+    insert(store.as_ref(), &alice, &second).await;
+    let hits = nearest(store.as_ref(), &alice, &second_vector, false).await;
+    assert_eq!(hits[0].0, second.id);
+    assert!(hits[0].1 > 0.99, "scored with its own vector: {}", hits[0].1);
 }
