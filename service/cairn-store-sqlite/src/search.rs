@@ -42,6 +42,24 @@ struct Restrictions<'a> {
     session_id: Option<&'a str>,
 }
 
+impl<'a> Restrictions<'a> {
+    fn of(
+        tier: Tier,
+        as_of: DateTime<Utc>,
+        include_history: bool,
+        fact_types: &'a [FactType],
+        session_id: &'a Option<String>,
+    ) -> Self {
+        Restrictions {
+            tier,
+            as_of,
+            include_history,
+            fact_types,
+            session_id: session_id.as_deref(),
+        }
+    }
+}
+
 /// Appends a parameter and returns its placeholder.
 fn bind(parameters: &mut Vec<Value>, value: Value) -> String {
     parameters.push(value);
@@ -120,13 +138,13 @@ pub fn search_text(connection: &Connection, scope: &Scope, query: &TextQuery) ->
     };
     let mut parameters = Vec::new();
     let matched = bind(&mut parameters, Value::Text(expression));
-    let restrict = Restrictions {
-        tier: query.tier,
-        as_of: query.as_of,
-        include_history: query.include_history,
-        fact_types: &query.fact_types,
-        session_id: query.session_id.as_deref(),
-    };
+    let restrict = Restrictions::of(
+        query.tier,
+        query.as_of,
+        query.include_history,
+        &query.fact_types,
+        &query.session_id,
+    );
     let (table, conditions) = restrictions(scope, &restrict, &mut parameters);
     let limit = bind(
         &mut parameters,
@@ -173,13 +191,13 @@ pub fn search_vector(
         return Ok(Vec::new());
     }
     let mut parameters = Vec::new();
-    let restrict = Restrictions {
-        tier: query.tier,
-        as_of: query.as_of,
-        include_history: query.include_history,
-        fact_types: &query.fact_types,
-        session_id: query.session_id.as_deref(),
-    };
+    let restrict = Restrictions::of(
+        query.tier,
+        query.as_of,
+        query.include_history,
+        &query.fact_types,
+        &query.session_id,
+    );
     let (table, conditions) = restrictions(scope, &restrict, &mut parameters);
     let (columns, alias) = columns(query.tier);
     // Only index columns are read here; rows without a vector are cached as empty.

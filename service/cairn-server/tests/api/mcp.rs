@@ -1,9 +1,8 @@
 //! The MCP endpoint over real HTTP with the rmcp client: initialize, list tools and
 //! prompts, call every tool, and the refusals that keep scopes apart.
 
-use super::{ALL, SECRET, token, token_with};
+use super::{ALL, SECRET, config, token, token_with};
 use actix_web::{HttpServer, test, web};
-use cairn_server::config::Config;
 use cairn_server::{build_state, http};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult, GetPromptRequestParams};
@@ -20,16 +19,7 @@ struct Running {
 
 async fn start() -> Running {
     let directory = tempfile::tempdir().expect("temp dir");
-    let config = Config {
-        data_dir: directory.path().to_path_buf(),
-        jwt_secret: Some(SECRET.into()),
-        rate_limit_per_second: 0,
-        max_text_chars: 500,
-        max_body_bytes: 16 * 1024,
-        models_dir: std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.models"),
-        ..Config::default()
-    };
-    let state = web::Data::new(build_state(&config).await.expect("state"));
+    let state = web::Data::new(build_state(&config(&directory)).await.expect("state"));
     let shared = state.clone();
     let server = HttpServer::new(move || http::app(shared.clone()))
         .workers(1)
