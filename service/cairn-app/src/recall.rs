@@ -1,7 +1,9 @@
 //! Recall: retrieval legs per tier, reciprocal rank fusion, and explanations.
 
 use crate::{Cairn, Fusion, now, validate};
-use cairn_core::{Error, FactStatus, FactType, Memory, Result, Scope, TextQuery, Tier, VectorQuery};
+use cairn_core::{
+    Error, FactStatus, FactType, Memory, Result, Scope, SearchFilter, TextQuery, Tier, VectorQuery,
+};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 
@@ -125,9 +127,8 @@ impl Cairn {
         let mut fused: HashMap<String, (Memory, Explanation)> = HashMap::new();
         let weights = (self.settings.bm25_weight, self.settings.knn_weight);
         for tier in tiers {
-            let text_query = TextQuery {
+            let filter = SearchFilter {
                 tier,
-                text: query.clone(),
                 as_of,
                 include_history: request.include_history,
                 fact_types: request.fact_types.clone(),
@@ -136,6 +137,10 @@ impl Cairn {
             };
             // A leg with no weight cannot change the ranking, so it is not run.
             let text_leg = if weights.0 > 0.0 {
+                let text_query = TextQuery {
+                    filter: filter.clone(),
+                    text: query.clone(),
+                };
                 self.store.search_text(scope, &text_query).await?
             } else {
                 Vec::new()
@@ -143,7 +148,13 @@ impl Cairn {
             let vector_leg = match &query_vector {
                 Some(vector) if weights.1 > 0.0 => {
                     self.store
-                        .search_vector(scope, &VectorQuery::like(&text_query, vector.clone()))
+                        .search_vector(
+                            scope,
+                            &VectorQuery {
+                                filter,
+                                vector: vector.clone(),
+                            },
+                        )
                         .await?
                 }
                 Some(_) | None => Vec::new(),

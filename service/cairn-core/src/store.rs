@@ -129,11 +129,11 @@ pub enum StatusFilter {
     All,
 }
 
-/// A full-text query against one tier, restricted to what is current at `as_of`.
+/// What both retrieval legs restrict themselves to: one tier of the scope, records
+/// current at `as_of`, optional fact types and session, and how many to return.
 #[derive(Clone, Debug)]
-pub struct TextQuery {
+pub struct SearchFilter {
     pub tier: Tier,
-    pub text: String,
     pub as_of: DateTime<Utc>,
     /// Also return facts superseded by `as_of`.
     pub include_history: bool,
@@ -142,33 +142,19 @@ pub struct TextQuery {
     pub limit: usize,
 }
 
-/// A nearest-neighbour query against one tier, with the same scope and currency
-/// restrictions as [`TextQuery`] applied before ranking (pre-filter).
+/// A full-text query, restricted by its filter inside the query.
 #[derive(Clone, Debug)]
-pub struct VectorQuery {
-    pub tier: Tier,
-    /// A unit vector of the store's embedding dimension.
-    pub vector: Vec<f32>,
-    pub as_of: DateTime<Utc>,
-    pub include_history: bool,
-    pub fact_types: Vec<FactType>,
-    pub session_id: Option<String>,
-    pub limit: usize,
+pub struct TextQuery {
+    pub filter: SearchFilter,
+    pub text: String,
 }
 
-impl VectorQuery {
-    /// The vector query with the same restrictions as a text query.
-    pub fn like(query: &TextQuery, vector: Vec<f32>) -> Self {
-        VectorQuery {
-            tier: query.tier,
-            vector,
-            as_of: query.as_of,
-            include_history: query.include_history,
-            fact_types: query.fact_types.clone(),
-            session_id: query.session_id.clone(),
-            limit: query.limit,
-        }
-    }
+/// A nearest-neighbour query, restricted by its filter before ranking (pre-filter).
+#[derive(Clone, Debug)]
+pub struct VectorQuery {
+    pub filter: SearchFilter,
+    /// A unit vector of the store's embedding dimension.
+    pub vector: Vec<f32>,
 }
 
 /// A record of any tier.

@@ -4,8 +4,7 @@
 use crate::rows::{self, micros, scope_key};
 use crate::vectors::{RowVector, VectorCache};
 use cairn_core::text::query_terms;
-use cairn_core::{Error, FactType, Memory, Result, Scope, TextHit, TextQuery, Tier, VectorQuery, cosine};
-use chrono::{DateTime, Utc};
+use cairn_core::{Error, Memory, Result, Scope, SearchFilter, TextHit, TextQuery, Tier, VectorQuery, cosine};
 use rusqlite::Connection;
 use rusqlite::types::Value;
 use std::sync::Arc;
@@ -33,33 +32,6 @@ fn match_expression(scope: &Scope, text: &str) -> Option<String> {
     ))
 }
 
-/// The restrictions shared by both legs.
-struct Restrictions<'a> {
-    tier: Tier,
-    as_of: DateTime<Utc>,
-    include_history: bool,
-    fact_types: &'a [FactType],
-    session_id: Option<&'a str>,
-}
-
-impl<'a> Restrictions<'a> {
-    fn of(
-        tier: Tier,
-        as_of: DateTime<Utc>,
-        include_history: bool,
-        fact_types: &'a [FactType],
-        session_id: &'a Option<String>,
-    ) -> Self {
-        Restrictions {
-            tier,
-            as_of,
-            include_history,
-            fact_types,
-            session_id: session_id.as_deref(),
-        }
-    }
-}
-
 /// Appends a parameter and returns its placeholder.
 fn bind(parameters: &mut Vec<Value>, value: Value) -> String {
     parameters.push(value);
@@ -70,7 +42,7 @@ fn bind(parameters: &mut Vec<Value>, value: Value) -> String {
 /// `as_of`) of one tier.
 fn restrictions(
     scope: &Scope,
-    restrict: &Restrictions<'_>,
+    restrict: &SearchFilter,
     parameters: &mut Vec<Value>,
 ) -> (&'static str, String) {
     let tenant = bind(parameters, Value::Text(scope.tenant().as_str().to_owned()));
@@ -103,8 +75,8 @@ fn restrictions(
         Tier::Episodic => {
             let mut conditions =
                 format!("e.tenant = {tenant} AND e.user_id = {user} AND e.ingested_at <= {as_of}");
-            if let Some(session_id) = restrict.session_id {
-                let session = bind(parameters, Value::Text(session_id.to_owned()));
+            if let Some(session_id) = &restrict.session_id {
+                let session = bind(parameters, Value::Text(session_id.clone()));
                 conditions.push_str(&format!(" AND e.session_id = {session}"));
             }
             ("episodes e", conditions)
@@ -138,20 +110,14 @@ pub fn search_text(connection: &Connection, scope: &Scope, query: &TextQuery) ->
     };
     let mut parameters = Vec::new();
     let matched = bind(&mut parameters, Value::Text(expression));
-    let restrict = Restrictions::of(
-        query.tier,
-        query.as_of,
-        query.include_history,
-        &query.fact_types,
-        &query.session_id,
-    );
-    let (table, conditions) = restrictions(scope, &restrict, &mut parameters);
+    let restrict = &query.filter;
+    let (table, conditions) = restrictions(scope, restrict, &mut parameters);
     let limit = bind(
         &mut parameters,
-        Value::Integer(i64::try_from(query.limit).unwrap_or(i64::MAX)),
+        Value::Integer(i64::try_from(query.filter.limit).unwrap_or(i64::MAX)),
     );
-    let (columns, alias) = columns(query.tier);
-    let fts = match query.tier {
+    let (columns, alias) = columns(query.filter.tier);
+    let fts = match query.filter.tier {
         Tier::Semantic => "facts_fts",
         Tier::Episodic => "episodes_fts",
         Tier::Procedural => "playbooks_fts",
@@ -163,7 +129,7 @@ pub fn search_text(connection: &Connection, scope: &Scope, query: &TextQuery) ->
          WHERE {fts} MATCH {matched} AND {conditions} ORDER BY rank LIMIT {limit}"
     );
     let mut statement = connection.prepare_cached(&sql).map_err(storage)?;
-    let tier = query.tier;
+    let tier = query.filter.tier;
     let hits = statement
         .query_map(rusqlite::params_from_iter(parameters.iter()), |row| {
             let rank: f64 = row.get(row.as_ref().column_count() - 1)?;
@@ -187,19 +153,13 @@ pub fn search_vector(
     scope: &Scope,
     query: &VectorQuery,
 ) -> Result<Vec<TextHit>> {
-    if query.limit == 0 {
+    if query.filter.limit == 0 {
         return Ok(Vec::new());
     }
     let mut parameters = Vec::new();
-    let restrict = Restrictions::of(
-        query.tier,
-        query.as_of,
-        query.include_history,
-        &query.fact_types,
-        &query.session_id,
-    );
-    let (table, conditions) = restrictions(scope, &restrict, &mut parameters);
-    let (columns, alias) = columns(query.tier);
+    let restrict = &query.filter;
+    let (table, conditions) = restrictions(scope, restrict, &mut parameters);
+    let (columns, alias) = columns(query.filter.tier);
     // Only index columns are read here; rows without a vector are cached as empty.
     let candidates_sql = format!("SELECT {alias}.seq FROM {table} WHERE {conditions}");
     let seqs: Vec<i64> = connection
@@ -209,10 +169,10 @@ pub fn search_vector(
         .map_err(storage)?
         .collect::<rusqlite::Result<_>>()
         .map_err(storage)?;
-    let (mut vectors, missing) = cache.lookup(query.tier, &seqs);
+    let (mut vectors, missing) = cache.lookup(query.filter.tier, &seqs);
     if !missing.is_empty() {
         let loaded = load_vectors(connection, table, alias, &missing)?;
-        cache.remember(query.tier, &loaded);
+        cache.remember(query.filter.tier, &loaded);
         vectors.extend(loaded);
     }
     let mut scored: Vec<(f32, i64)> = vectors
@@ -220,7 +180,7 @@ pub fn search_vector(
         .filter(|(_, vector)| vector.len() == query.vector.len())
         .map(|(seq, vector)| (cosine(&query.vector, vector), *seq))
         .collect();
-    let keep = query.limit.min(scored.len());
+    let keep = query.filter.limit.min(scored.len());
     if keep == 0 {
         return Ok(Vec::new());
     }
@@ -231,7 +191,7 @@ pub fn search_vector(
     let placeholders = vec!["?"; scored.len()].join(", ");
     let rows_sql = format!("SELECT {columns} FROM {table} WHERE {alias}.seq IN ({placeholders})");
     let mut statement = connection.prepare(&rows_sql).map_err(storage)?;
-    let tier = query.tier;
+    let tier = query.filter.tier;
     let mut by_seq: std::collections::HashMap<i64, Memory> = statement
         .query_map(
             rusqlite::params_from_iter(scored.iter().map(|(_, seq)| *seq)),

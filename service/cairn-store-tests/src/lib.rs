@@ -5,8 +5,8 @@
 use cairn_core::text::fingerprint;
 use cairn_core::{
     AuditEvent, Change, ChangeSet, Edge, EdgeKind, Error, Fact, FactStatus, FactType, Memory, MemoryStore,
-    PageRequest, Permission, Playbook, Principal, Scope, StatusFilter, TenantId, TextQuery, Tier, Tombstone,
-    TombstoneReason, VectorQuery, new_id,
+    PageRequest, Permission, Playbook, Principal, Scope, SearchFilter, StatusFilter, TenantId, TextQuery,
+    Tier, Tombstone, TombstoneReason, VectorQuery, new_id,
 };
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
@@ -115,13 +115,15 @@ async fn search(
         .search_text(
             scope,
             &TextQuery {
-                tier: Tier::Semantic,
                 text: text.to_owned(),
-                as_of,
-                include_history: history,
-                fact_types: Vec::new(),
-                session_id: None,
-                limit: 50,
+                filter: SearchFilter {
+                    tier: Tier::Semantic,
+                    as_of,
+                    include_history: history,
+                    fact_types: Vec::new(),
+                    session_id: None,
+                    limit: 50,
+                },
             },
         )
         .await
@@ -737,13 +739,15 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
         .search_text(
             &alice,
             &TextQuery {
-                tier: Tier::Procedural,
                 text: "announce release".into(),
-                as_of: Utc::now(),
-                include_history: false,
-                fact_types: Vec::new(),
-                session_id: None,
-                limit: 5,
+                filter: SearchFilter {
+                    tier: Tier::Procedural,
+                    as_of: Utc::now(),
+                    include_history: false,
+                    fact_types: Vec::new(),
+                    session_id: None,
+                    limit: 5,
+                },
             },
         )
         .await
@@ -793,13 +797,15 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
         .await
         .expect("ingest");
     let query = |session: Option<&str>| TextQuery {
-        tier: Tier::Episodic,
         text: "biscuit".into(),
-        as_of: Utc::now(),
-        include_history: false,
-        fact_types: Vec::new(),
-        session_id: session.map(str::to_owned),
-        limit: 10,
+        filter: SearchFilter {
+            tier: Tier::Episodic,
+            as_of: Utc::now(),
+            include_history: false,
+            fact_types: Vec::new(),
+            session_id: session.map(str::to_owned),
+            limit: 10,
+        },
     };
     assert_eq!(
         store
@@ -853,13 +859,15 @@ async fn nearest(
         .search_vector(
             scope,
             &VectorQuery {
-                tier: Tier::Semantic,
                 vector: vector.to_vec(),
-                as_of: Utc::now(),
-                include_history: history,
-                fact_types: Vec::new(),
-                session_id: None,
-                limit: 10,
+                filter: SearchFilter {
+                    tier: Tier::Semantic,
+                    as_of: Utc::now(),
+                    include_history: history,
+                    fact_types: Vec::new(),
+                    session_id: None,
+                    limit: 10,
+                },
             },
         )
         .await
