@@ -12,7 +12,7 @@ pub use episodes::{ConsolidateMode, ConsolidationReport, IngestOutcome, IngestRe
 pub use facts::{Contradiction, FactInput, FactWriteOutcome};
 pub use playbooks::{PlaybookInput, PlaybookVersionInput};
 pub use profile::{Profile, ProfileRequest};
-pub use recall::{Explanation, RecallHit, RecallRequest, RecallResult, rrf};
+pub use recall::{Explanation, Priors, RecallHit, RecallRequest, RecallResult, rrf};
 
 use cairn_core::{
     AuditEvent, Decision, DecisionKind, Embedder, ErasureReceipt, MemoryStore, Page, PageRequest, Result,
@@ -49,6 +49,8 @@ pub struct Settings {
     pub knn_weight: f64,
     /// Largest `k` a recall may ask for.
     pub max_k: usize,
+    /// Recency, usage and confidence multipliers on fused scores (off by default).
+    pub priors: Priors,
     /// Whether recall marks returned facts and playbooks as used.
     pub bump_usage_on_recall: bool,
 }
@@ -67,6 +69,7 @@ impl Default for Settings {
             knn_weight: 0.3,
             max_k: 100,
             bump_usage_on_recall: true,
+            priors: Priors::default(),
         }
     }
 }

@@ -40,6 +40,48 @@ impl LegScale {
     }
 }
 
+/// Multipliers applied to fused scores: newer, more used and more confident records
+/// rank higher. Every weight is 0 by default (no multiplier), because the evaluation
+/// data cannot show any of them helping (its turns share one ingest time, are never
+/// used and have full confidence); deployments can turn them on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Priors {
+    /// Boost of a brand-new record, halving every `recency_half_life_days`.
+    pub recency_weight: f64,
+    pub recency_half_life_days: f64,
+    /// Boost per doubling of a record's use count, capped at 1 in total.
+    pub usage_weight: f64,
+    /// Penalty for missing confidence: the multiplier falls by `confidence_weight * (1 - confidence)`.
+    pub confidence_weight: f64,
+}
+
+impl Default for Priors {
+    fn default() -> Self {
+        Priors {
+            recency_weight: 0.0,
+            recency_half_life_days: 30.0,
+            usage_weight: 0.0,
+            confidence_weight: 0.0,
+        }
+    }
+}
+
+impl Priors {
+    pub fn multiplier(&self, memory: &Memory, as_of: DateTime<Utc>) -> f64 {
+        let (born, use_count, confidence) = match memory {
+            Memory::Fact(fact) => (fact.created_at, fact.use_count, f64::from(fact.confidence)),
+            Memory::Episode(episode) => (episode.occurred_at, 0, 1.0),
+            Memory::Playbook(playbook) => (playbook.updated_at, playbook.use_count, 1.0),
+        };
+        let age_days = ((as_of - born).num_seconds().max(0) as f64) / 86_400.0;
+        let half_life = self.recency_half_life_days.max(f64::EPSILON);
+        let recency = self.recency_weight * 0.5f64.powf(age_days / half_life);
+        let usage = self.usage_weight * ((use_count as f64 + 1.0).log2() / 10.0).min(1.0);
+        let confidence = -self.confidence_weight * (1.0 - confidence.clamp(0.0, 1.0));
+        (1.0 + recency + usage + confidence).max(0.0)
+    }
+}
+
 /// The reciprocal rank fusion contribution of a 1-based `rank` in a leg of `weight`.
 pub fn rrf(weight: f64, k: f64, rank: usize) -> f64 {
     weight / (k + rank as f64)
@@ -82,6 +124,8 @@ pub struct Explanation {
     pub knn_rank: Option<usize>,
     pub knn_similarity: Option<f64>,
     pub fused_score: f64,
+    /// The multiplier the recency, usage and confidence priors applied (1 when off).
+    pub prior: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -190,14 +234,17 @@ impl Cairn {
 
         let mut hits: Vec<RecallHit> = fused
             .into_values()
-            .map(|(memory, explanation)| RecallHit {
-                status: match &memory {
-                    Memory::Fact(fact) => fact.status_at(as_of).unwrap_or(FactStatus::Active),
-                    Memory::Episode(_) | Memory::Playbook(_) => FactStatus::Active,
-                },
-                score: explanation.fused_score,
-                explanation: Some(explanation),
-                memory,
+            .map(|(memory, mut explanation)| {
+                explanation.prior = self.settings.priors.multiplier(&memory, as_of);
+                RecallHit {
+                    status: match &memory {
+                        Memory::Fact(fact) => fact.status_at(as_of).unwrap_or(FactStatus::Active),
+                        Memory::Episode(_) | Memory::Playbook(_) => FactStatus::Active,
+                    },
+                    score: explanation.fused_score * explanation.prior,
+                    explanation: Some(explanation),
+                    memory,
+                }
             })
             .collect();
         hits.sort_by(|left, right| {
@@ -253,5 +300,44 @@ mod tests {
         );
         assert_eq!(rrf(0.0, 60.0, 1), 0.0, "a zero weight switches a leg off");
         assert!((rrf(2.0, 10.0, 5) - 2.0 / 15.0).abs() < 1e-12);
+    }
+}
+
+#[cfg(test)]
+mod prior_tests {
+    use super::Priors;
+    use cairn_core::{Episode, Memory};
+    use chrono::{Duration, Utc};
+
+    fn episode(days_old: i64) -> Memory {
+        let at = Utc::now() - Duration::days(days_old);
+        Memory::Episode(Episode {
+            id: "epi".into(),
+            session_id: None,
+            text: "x".into(),
+            occurred_at: at,
+            ingested_at: at,
+            embedding: None,
+        })
+    }
+
+    #[test]
+    fn priors_are_neutral_by_default_and_favour_recent_records_when_on() {
+        let now = Utc::now();
+        assert_eq!(Priors::default().multiplier(&episode(400), now), 1.0);
+        let recency = Priors {
+            recency_weight: 0.5,
+            recency_half_life_days: 30.0,
+            ..Priors::default()
+        };
+        let fresh = recency.multiplier(&episode(0), now);
+        let month = recency.multiplier(&episode(30), now);
+        let old = recency.multiplier(&episode(3000), now);
+        assert!((fresh - 1.5).abs() < 1e-3, "{fresh}");
+        assert!(
+            (month - 1.25).abs() < 1e-3,
+            "one half-life halves the boost: {month}"
+        );
+        assert!((1.0..1.001).contains(&old), "{old}");
     }
 }

@@ -48,6 +48,11 @@ pub struct Config {
     pub rrf_k: f64,
     /// Candidates each retrieval leg contributes to fusion.
     pub candidates_per_leg: usize,
+    /// Recall priors (multipliers on fused scores); 0 turns each off.
+    pub recency_weight: f64,
+    pub recency_half_life_days: f64,
+    pub usage_weight: f64,
+    pub confidence_weight: f64,
     pub llm_kind: Option<String>,
     pub llm_base_url: Option<String>,
     pub llm_model: Option<String>,
@@ -94,6 +99,10 @@ impl Default for Config {
             inference_threads: 1,
             rrf_k: 60.0,
             candidates_per_leg: 50,
+            recency_weight: 0.0,
+            recency_half_life_days: 30.0,
+            usage_weight: 0.0,
+            confidence_weight: 0.0,
             llm_kind: None,
             llm_base_url: None,
             llm_model: None,
@@ -142,6 +151,10 @@ const KEYS: &[(&str, Kind)] = &[
     ("inference_threads", Kind::Integer),
     ("rrf_k", Kind::Float),
     ("candidates_per_leg", Kind::Integer),
+    ("recency_weight", Kind::Float),
+    ("recency_half_life_days", Kind::Float),
+    ("usage_weight", Kind::Float),
+    ("confidence_weight", Kind::Float),
     ("llm_kind", Kind::Text),
     ("llm_base_url", Kind::Text),
     ("llm_model", Kind::Text),
@@ -298,6 +311,21 @@ impl Config {
             return Err(config_error(
                 "CAIRN_CANDIDATES_PER_LEG",
                 "must be between 1 and 1000",
+            ));
+        }
+        for (key, value) in [
+            ("CAIRN_RECENCY_WEIGHT", self.recency_weight),
+            ("CAIRN_USAGE_WEIGHT", self.usage_weight),
+            ("CAIRN_CONFIDENCE_WEIGHT", self.confidence_weight),
+        ] {
+            if !(value.is_finite() && (0.0..=10.0).contains(&value)) {
+                return Err(config_error(key, "must be a number between 0 and 10"));
+            }
+        }
+        if !(self.recency_half_life_days.is_finite() && self.recency_half_life_days > 0.0) {
+            return Err(config_error(
+                "CAIRN_RECENCY_HALF_LIFE_DAYS",
+                "must be a positive number",
             ));
         }
         if self.workers == 0 {

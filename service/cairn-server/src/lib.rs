@@ -95,6 +95,12 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         bump_usage_on_recall: config.bump_usage_on_recall,
         rrf_k: config.rrf_k,
         candidates_per_leg: config.candidates_per_leg,
+        priors: cairn_app::Priors {
+            recency_weight: config.recency_weight,
+            recency_half_life_days: config.recency_half_life_days,
+            usage_weight: config.usage_weight,
+            confidence_weight: config.confidence_weight,
+        },
         ..Settings::default()
     };
     let cairn = Cairn::new(store, Some(Arc::new(embedder)), settings);

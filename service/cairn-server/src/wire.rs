@@ -391,6 +391,7 @@ fn explanation(explanation: &Explanation) -> Value {
         "knn_rank": explanation.knn_rank,
         "knn_similarity": explanation.knn_similarity,
         "fused_score": explanation.fused_score,
+        "prior": explanation.prior,
     })
 }
 

@@ -460,6 +460,11 @@ async fn supersession_chain_keeps_history_and_one_concurrent_winner() {
         .collect();
     assert_eq!(ids, vec![c_id.as_str()]);
     assert_eq!(current["hits"][0]["explain"]["bm25_rank"], 1);
+    assert_eq!(current["hits"][0]["explain"]["knn_rank"], 1);
+    assert_eq!(
+        current["hits"][0]["explain"]["prior"], 1.0,
+        "priors are off by default"
+    );
     let (_, history, _) = call(
         service,
         Method::POST,
