@@ -15,8 +15,8 @@ pub use profile::{Profile, ProfileRequest};
 pub use recall::{Explanation, Priors, RecallHit, RecallRequest, RecallResult, rrf};
 
 use cairn_core::{
-    AuditEvent, Decision, DecisionKind, Embedder, ErasureReceipt, MemoryStore, Page, PageRequest, Result,
-    Scope, new_id,
+    AuditEvent, Decision, DecisionKind, Embedder, ErasureReceipt, MemoryStore, Page, PageRequest, Reranker,
+    Result, Scope, new_id,
 };
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -49,6 +49,8 @@ pub struct Settings {
     pub knn_weight: f64,
     /// Largest `k` a recall may ask for.
     pub max_k: usize,
+    /// How many of the best fused hits a configured reranker rescores.
+    pub rerank_candidates: usize,
     /// Recency, usage and confidence multipliers on fused scores (off by default).
     pub priors: Priors,
     /// Whether recall marks returned facts and playbooks as used.
@@ -70,6 +72,7 @@ impl Default for Settings {
             max_k: 100,
             bump_usage_on_recall: true,
             priors: Priors::default(),
+            rerank_candidates: 20,
         }
     }
 }
@@ -85,6 +88,7 @@ pub struct RequestContext {
 pub struct Cairn {
     store: Arc<dyn MemoryStore>,
     embedder: Option<Arc<dyn Embedder>>,
+    reranker: Option<Arc<dyn Reranker>>,
     settings: Settings,
 }
 
@@ -95,8 +99,15 @@ impl Cairn {
         Cairn {
             store,
             embedder,
+            reranker: None,
             settings,
         }
+    }
+
+    /// Adds a reranking stage after fusion. When it fails, recall keeps the fused order.
+    pub fn with_reranker(mut self, reranker: Arc<dyn Reranker>) -> Self {
+        self.reranker = Some(reranker);
+        self
     }
 
     /// Checks the store's vectors were made by this embedder, recording it on first use.

@@ -40,6 +40,61 @@ impl LegScale {
     }
 }
 
+impl Cairn {
+    /// Reorders the best fused hits by the reranker's scores. A failing or malformed
+    /// reranker leaves the fused order as it was: reranking may improve recall, never
+    /// break it.
+    async fn rerank(&self, query: &str, hits: &mut [RecallHit]) {
+        let Some(reranker) = &self.reranker else { return };
+        let count = self.settings.rerank_candidates.min(hits.len());
+        if count < 2 {
+            return;
+        }
+        let documents: Vec<String> = hits[..count]
+            .iter()
+            .map(|hit| document_text(&hit.memory))
+            .collect();
+        match reranker.rerank(query, documents).await {
+            Ok(scores) if scores.len() == count && scores.iter().all(|score| score.is_finite()) => {
+                for (hit, score) in hits[..count].iter_mut().zip(scores) {
+                    if let Some(explanation) = hit.explanation.as_mut() {
+                        explanation.rerank_score = Some(score);
+                    }
+                }
+                hits[..count].sort_by(|left, right| {
+                    let score = |hit: &RecallHit| {
+                        hit.explanation
+                            .as_ref()
+                            .and_then(|e| e.rerank_score)
+                            .unwrap_or(0.0)
+                    };
+                    score(right).total_cmp(&score(left))
+                });
+            }
+            Ok(scores) => {
+                tracing::warn!(
+                    reranker = reranker.name(),
+                    expected = count,
+                    got = scores.len(),
+                    "reranker answered unusable scores; keeping the fused order"
+                );
+            }
+            Err(error) => {
+                tracing::warn!(reranker = reranker.name(), error = %error, "reranker failed; keeping the fused order");
+            }
+        }
+    }
+}
+
+/// The text a reranker judges for a memory.
+fn document_text(memory: &Memory) -> String {
+    match memory {
+        Memory::Fact(fact) => fact.text.clone(),
+        Memory::Episode(episode) => episode.text.clone(),
+        Memory::Playbook(playbook) => playbook.searchable_text(),
+    }
+}
+
 /// Multipliers applied to fused scores: newer, more used and more confident records
 /// rank higher. Every weight is 0 by default (no multiplier), because the evaluation
 /// data cannot show any of them helping (its turns share one ingest time, are never
@@ -126,6 +181,8 @@ pub struct Explanation {
     pub fused_score: f64,
     /// The multiplier the recency, usage and confidence priors applied (1 when off).
     pub prior: f64,
+    /// The reranker's score, when a reranker rescored this hit.
+    pub rerank_score: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -266,6 +323,7 @@ impl Cairn {
                 })
                 .then_with(|| left.memory.id().cmp(right.memory.id()))
         });
+        self.rerank(&query, &mut hits).await;
         hits.truncate(k);
         if !request.explain {
             for hit in &mut hits {

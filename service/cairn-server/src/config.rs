@@ -53,6 +53,12 @@ pub struct Config {
     pub recency_half_life_days: f64,
     pub usage_weight: f64,
     pub confidence_weight: f64,
+    /// A remote rerank endpoint (`{query, documents}` → scores); unset: no reranking.
+    pub rerank_url: Option<String>,
+    pub rerank_model: Option<String>,
+    pub rerank_api_key: Option<String>,
+    pub rerank_timeout_ms: u64,
+    pub rerank_candidates: usize,
     pub llm_kind: Option<String>,
     pub llm_base_url: Option<String>,
     pub llm_model: Option<String>,
@@ -103,6 +109,11 @@ impl Default for Config {
             recency_half_life_days: 30.0,
             usage_weight: 0.0,
             confidence_weight: 0.0,
+            rerank_url: None,
+            rerank_model: None,
+            rerank_api_key: None,
+            rerank_timeout_ms: 2_000,
+            rerank_candidates: 20,
             llm_kind: None,
             llm_base_url: None,
             llm_model: None,
@@ -155,6 +166,11 @@ const KEYS: &[(&str, Kind)] = &[
     ("recency_half_life_days", Kind::Float),
     ("usage_weight", Kind::Float),
     ("confidence_weight", Kind::Float),
+    ("rerank_url", Kind::Text),
+    ("rerank_model", Kind::Text),
+    ("rerank_api_key", Kind::Text),
+    ("rerank_timeout_ms", Kind::Integer),
+    ("rerank_candidates", Kind::Integer),
     ("llm_kind", Kind::Text),
     ("llm_base_url", Kind::Text),
     ("llm_model", Kind::Text),
@@ -326,6 +342,20 @@ impl Config {
             return Err(config_error(
                 "CAIRN_RECENCY_HALF_LIFE_DAYS",
                 "must be a positive number",
+            ));
+        }
+        if let Some(url) = &self.rerank_url
+            && !url.starts_with("http://")
+        {
+            return Err(config_error(
+                "CAIRN_RERANK_URL",
+                "must be an http:// URL (terminate TLS in a sidecar)",
+            ));
+        }
+        if !(2..=200).contains(&self.rerank_candidates) {
+            return Err(config_error(
+                "CAIRN_RERANK_CANDIDATES",
+                "must be between 2 and 200",
             ));
         }
         if self.workers == 0 {

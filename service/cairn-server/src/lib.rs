@@ -8,6 +8,7 @@ pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod openapi;
+pub mod rerank;
 pub mod routes;
 pub mod telemetry;
 pub mod wire;
@@ -101,9 +102,19 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
             usage_weight: config.usage_weight,
             confidence_weight: config.confidence_weight,
         },
+        rerank_candidates: config.rerank_candidates,
         ..Settings::default()
     };
-    let cairn = Cairn::new(store, Some(Arc::new(embedder)), settings);
+    let mut cairn = Cairn::new(store, Some(Arc::new(embedder)), settings);
+    if let Some(url) = &config.rerank_url {
+        let reranker = rerank::RemoteReranker::new(
+            url.clone(),
+            config.rerank_model.clone(),
+            config.rerank_api_key.clone(),
+            std::time::Duration::from_millis(config.rerank_timeout_ms),
+        )?;
+        cairn = cairn.with_reranker(Arc::new(reranker));
+    }
     cairn
         .claim_embedding_space()
         .await

@@ -392,6 +392,7 @@ fn explanation(explanation: &Explanation) -> Value {
         "knn_similarity": explanation.knn_similarity,
         "fused_score": explanation.fused_score,
         "prior": explanation.prior,
+        "rerank_score": explanation.rerank_score,
     })
 }
 

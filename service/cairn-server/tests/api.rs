@@ -1132,3 +1132,93 @@ async fn profile_and_time_travel() {
         "returned by the profile's recall, so used once"
     );
 }
+
+/// A fake rerank service on loopback: scores 1.0 for documents containing `favoured`,
+/// 0.0 otherwise; or answers 500 when `broken`.
+async fn fake_reranker(favoured: &'static str, broken: bool) -> String {
+    let server = actix_web::HttpServer::new(move || {
+        actix_web::App::new().route(
+            "/rerank",
+            web::post().to(move |body: web::Json<Value>| async move {
+                if broken {
+                    return actix_web::HttpResponse::InternalServerError().finish();
+                }
+                let documents = body["documents"].as_array().cloned().unwrap_or_default();
+                let results: Vec<Value> = documents
+                    .iter()
+                    .enumerate()
+                    .map(|(index, document)| {
+                        let score = if document.as_str().unwrap_or("").contains(favoured) {
+                            1.0
+                        } else {
+                            0.0
+                        };
+                        json!({ "index": index, "relevance_score": score })
+                    })
+                    .collect();
+                actix_web::HttpResponse::Ok().json(json!({ "results": results }))
+            }),
+        )
+    })
+    .workers(1)
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let address = server.addrs()[0];
+    actix_web::rt::spawn(server.run());
+    format!("http://{address}/rerank")
+}
+
+async fn tea_ranking(rerank_url: Option<String>) -> Vec<(String, Value)> {
+    let harness = harness_with(move |config| config.rerank_url = rerank_url).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    for text in [
+        "The user drinks green tea every morning",
+        "The user drinks tea with lemon",
+        "The user once tried rooibos tea",
+    ] {
+        write(service, &owner, "u1", json!({ "text": text })).await;
+    }
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(&owner),
+        Some(json!({ "query": "green tea", "explain": true, "tiers": ["semantic"] })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|hit| {
+            (
+                hit["text"].as_str().unwrap_or("").to_owned(),
+                hit["explain"]["rerank_score"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[actix_web::test]
+async fn a_remote_reranker_reorders_and_a_failing_one_changes_nothing() {
+    let fused = tea_ranking(None).await;
+    assert_eq!(fused.len(), 3);
+    assert!(fused[0].0.contains("green"), "{fused:?}");
+    assert!(fused.iter().all(|(_, score)| score.is_null()));
+
+    let reranked = tea_ranking(Some(fake_reranker("rooibos", false).await)).await;
+    assert_eq!(reranked[0].0, "The user once tried rooibos tea", "{reranked:?}");
+    assert_eq!(reranked[0].1, json!(1.0));
+    assert!(reranked[1..].iter().all(|(_, score)| score == &json!(0.0)));
+
+    let fallback = tea_ranking(Some(fake_reranker("rooibos", true).await)).await;
+    let fused_texts: Vec<&str> = fused.iter().map(|(text, _)| text.as_str()).collect();
+    let fallback_texts: Vec<&str> = fallback.iter().map(|(text, _)| text.as_str()).collect();
+    assert_eq!(
+        fallback_texts, fused_texts,
+        "a failing reranker keeps the fused order"
+    );
+    assert!(fallback.iter().all(|(_, score)| score.is_null()));
+}
