@@ -12,8 +12,8 @@ use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::value::Tensor;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 /// Where the model files are and how to run them.
@@ -89,30 +89,8 @@ impl OnnxEmbedder {
                 return Err(missing(path));
             }
         }
-        let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
-            .map_err(|error| Error::Unavailable(format!("{}: {error}", tokenizer_path.display())))?;
-        // The shipped tokenizer pads every input to 128 tokens; pad to the longest in
-        // the batch instead, and truncate at the configured length.
-        tokenizer.with_padding(Some(PaddingParams {
-            strategy: PaddingStrategy::BatchLongest,
-            ..PaddingParams::default()
-        }));
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: config.max_tokens,
-                ..TruncationParams::default()
-            }))
-            .map_err(|error| Error::Unavailable(format!("tokenizer truncation: {error}")))?;
-        let options_error =
-            |error: &dyn std::fmt::Display| Error::Unavailable(format!("ONNX session options: {error}"));
-        let session = Session::builder(environment)
-            .map_err(|error| options_error(&error))?
-            .with_optimization_level(GraphOptimizationLevel::Level3)
-            .map_err(|error| options_error(&error))?
-            .with_intra_threads(config.intra_threads.max(1))
-            .map_err(|error| options_error(&error))?
-            .commit_from_file(&model_path)
-            .map_err(|error| Error::Unavailable(format!("{}: {error}", model_path.display())))?;
+        let tokenizer = load_tokenizer(&tokenizer_path, config.max_tokens)?;
+        let session = load_session(environment, &model_path, config.intra_threads)?;
         let wants_token_type_ids = session
             .inputs()
             .iter()
@@ -148,6 +126,81 @@ impl OnnxEmbedder {
             dimension: config.dimension,
             model_id,
         })
+    }
+}
+
+/// Loads a tokenizer padded to the batch's longest input and truncated at `max_tokens`
+/// (shipped tokenizers often pad every input to a fixed length instead).
+fn load_tokenizer(path: &Path, max_tokens: usize) -> Result<Tokenizer> {
+    let mut tokenizer = Tokenizer::from_file(path)
+        .map_err(|error| Error::Unavailable(format!("{}: {error}", path.display())))?;
+    tokenizer.with_padding(Some(PaddingParams {
+        strategy: PaddingStrategy::BatchLongest,
+        ..PaddingParams::default()
+    }));
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length: max_tokens,
+            ..TruncationParams::default()
+        }))
+        .map_err(|error| Error::Unavailable(format!("tokenizer truncation: {error}")))?;
+    Ok(tokenizer)
+}
+
+fn load_session(environment: &Environment, path: &Path, intra_threads: usize) -> Result<Session> {
+    let options_error =
+        |error: &dyn std::fmt::Display| Error::Unavailable(format!("ONNX session options: {error}"));
+    Session::builder(environment)
+        .map_err(|error| options_error(&error))?
+        .with_optimization_level(GraphOptimizationLevel::Level3)
+        .map_err(|error| options_error(&error))?
+        .with_intra_threads(intra_threads.max(1))
+        .map_err(|error| options_error(&error))?
+        .commit_from_file(path)
+        .map_err(|error| Error::Unavailable(format!("{}: {error}", path.display())))
+}
+
+/// Token ids, attention mask and type ids of a batch as `[batch, length]` i64 arrays.
+struct Batch {
+    rows: usize,
+    length: usize,
+    ids: Vec<i64>,
+    mask: Vec<i64>,
+    types: Vec<i64>,
+}
+
+impl Batch {
+    fn of(encodings: &[tokenizers::Encoding]) -> Batch {
+        let rows = encodings.len();
+        let length = encodings
+            .iter()
+            .map(|encoding| encoding.get_ids().len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let mut ids = vec![0i64; rows * length];
+        let mut mask = vec![0i64; rows * length];
+        let mut types = vec![0i64; rows * length];
+        for (row, encoding) in encodings.iter().enumerate() {
+            for (column, ((id, attention), kind)) in encoding
+                .get_ids()
+                .iter()
+                .zip(encoding.get_attention_mask())
+                .zip(encoding.get_type_ids())
+                .enumerate()
+            {
+                ids[row * length + column] = i64::from(*id);
+                mask[row * length + column] = i64::from(*attention);
+                types[row * length + column] = i64::from(*kind);
+            }
+        }
+        Batch {
+            rows,
+            length,
+            ids,
+            mask,
+            types,
+        }
     }
 }
 
@@ -193,29 +246,13 @@ impl Model {
             .tokenizer
             .encode_batch(texts.to_vec(), true)
             .map_err(|error| failure("tokenizing", &error))?;
-        let batch = encodings.len();
-        let length = encodings
-            .iter()
-            .map(|encoding| encoding.get_ids().len())
-            .max()
-            .unwrap_or(0)
-            .max(1);
-        let mut ids = vec![0i64; batch * length];
-        let mut mask = vec![0i64; batch * length];
-        let mut types = vec![0i64; batch * length];
-        for (row, encoding) in encodings.iter().enumerate() {
-            for (column, ((id, attention), kind)) in encoding
-                .get_ids()
-                .iter()
-                .zip(encoding.get_attention_mask())
-                .zip(encoding.get_type_ids())
-                .enumerate()
-            {
-                ids[row * length + column] = i64::from(*id);
-                mask[row * length + column] = i64::from(*attention);
-                types[row * length + column] = i64::from(*kind);
-            }
-        }
+        let Batch {
+            rows: batch,
+            length,
+            ids,
+            mask,
+            types,
+        } = Batch::of(&encodings);
         let shape = [batch, length];
         let tensor = |values: Vec<i64>| {
             Tensor::from_array((shape, values)).map_err(|error| failure("input tensor", &error))
@@ -287,5 +324,101 @@ impl Embedder for OnnxEmbedder {
         answer
             .await
             .map_err(|_| Error::Unavailable("the inference thread dropped a request".into()))?
+    }
+}
+
+/// A local cross-encoder reranker: a sequence-classification ONNX model scoring
+/// (query, document) pairs, loaded from a directory with `model.onnx` and
+/// `tokenizer.json`. Inference runs on the blocking pool, never on the executor.
+pub struct CrossEncoderReranker {
+    model: Arc<Mutex<(Session, Tokenizer)>>,
+}
+
+impl CrossEncoderReranker {
+    pub fn load(runtime_library: &Path, model_dir: &Path, intra_threads: usize) -> Result<Self> {
+        let environment = init_runtime(runtime_library)?;
+        let model_path = model_dir.join("model.onnx");
+        let tokenizer_path = model_dir.join("tokenizer.json");
+        for path in [&model_path, &tokenizer_path] {
+            if !path.exists() {
+                return Err(Error::Unavailable(format!(
+                    "{} is missing; point CAIRN_RERANK_MODEL_DIR at a cross-encoder directory",
+                    path.display()
+                )));
+            }
+        }
+        let tokenizer = load_tokenizer(&tokenizer_path, 512)?;
+        let session = load_session(environment, &model_path, intra_threads)?;
+        Ok(CrossEncoderReranker {
+            model: Arc::new(Mutex::new((session, tokenizer))),
+        })
+    }
+}
+
+fn score_pairs(
+    session: &mut Session,
+    tokenizer: &Tokenizer,
+    query: &str,
+    documents: Vec<String>,
+) -> Result<Vec<f64>> {
+    let failure = |what: &str, error: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {error}"));
+    let pairs: Vec<(String, String)> = documents
+        .into_iter()
+        .map(|document| (query.to_owned(), document))
+        .collect();
+    let encodings = tokenizer
+        .encode_batch(pairs, true)
+        .map_err(|error| failure("tokenizing", &error))?;
+    let Batch {
+        rows,
+        length,
+        ids,
+        mask,
+        types,
+    } = Batch::of(&encodings);
+    let tensor = |values: Vec<i64>| {
+        Tensor::from_array(([rows, length], values)).map_err(|error| failure("input tensor", &error))
+    };
+    let inputs = ort::inputs![
+        "input_ids" => tensor(ids)?,
+        "attention_mask" => tensor(mask)?,
+        "token_type_ids" => tensor(types)?,
+    ];
+    let outputs = session
+        .run(inputs)
+        .map_err(|error| failure("inference", &error))?;
+    let (shape, logits) = outputs[0]
+        .try_extract_tensor::<f32>()
+        .map_err(|error| failure("reading logits", &error))?;
+    let classes = usize::try_from(*shape.last().unwrap_or(&1)).unwrap_or(1).max(1);
+    if logits.len() != rows * classes {
+        return Err(Error::Unavailable(format!(
+            "the cross-encoder's logits have shape {shape:?}"
+        )));
+    }
+    // The last class is the "relevant" one (a single logit, or [irrelevant, relevant]).
+    Ok((0..rows)
+        .map(|row| f64::from(logits[row * classes + classes - 1]))
+        .collect())
+}
+
+#[async_trait]
+impl cairn_core::Reranker for CrossEncoderReranker {
+    fn name(&self) -> &str {
+        "cross-encoder"
+    }
+
+    async fn rerank(&self, query: &str, documents: Vec<String>) -> Result<Vec<f64>> {
+        let model = Arc::clone(&self.model);
+        let query = query.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = model
+                .lock()
+                .map_err(|_| Error::Unavailable("the cross-encoder is poisoned".into()))?;
+            let (session, tokenizer) = &mut *guard;
+            score_pairs(session, tokenizer, &query, documents)
+        })
+        .await
+        .map_err(|error| Error::Unavailable(format!("cross-encoder task: {error}")))?
     }
 }

@@ -98,3 +98,65 @@ fn missing_files_name_the_file_and_the_fix() {
     };
     assert!(error.to_string().contains("768"), "{error}");
 }
+
+/// The cross-encoder here is a plumbing fixture built by
+/// tests/fixtures/make_cross_encoder_fixture.py (MiniLM plus a fixed head): its scores
+/// carry no relevance, so these tests check the contract, not the ranking.
+#[tokio::test]
+async fn the_cross_encoder_scores_every_pair_deterministically() {
+    use cairn_core::Reranker;
+    use cairn_inference::CrossEncoderReranker;
+    let reranker = CrossEncoderReranker::load(
+        &models().join("onnxruntime/libonnxruntime.so"),
+        &models().join("test-cross-encoder"),
+        1,
+    )
+    .expect("run tests/fixtures/make_cross_encoder_fixture.py .models first");
+    let documents = vec![
+        "The user adopted a golden retriever".to_owned(),
+        "Quarterly tax filings are due in April".to_owned(),
+        "tea".to_owned(),
+    ];
+    let first = reranker
+        .rerank("which dog does the user have", documents.clone())
+        .await
+        .expect("rerank");
+    let again = reranker
+        .rerank("which dog does the user have", documents.clone())
+        .await
+        .expect("rerank");
+    assert_eq!(first.len(), 3);
+    assert!(first.iter().all(|score| score.is_finite()));
+    assert_eq!(first, again, "deterministic");
+    assert!(
+        first[0] != first[1] && first[1] != first[2],
+        "each pair is scored on its own: {first:?}"
+    );
+    let alone = reranker
+        .rerank("which dog does the user have", vec![documents[2].clone()])
+        .await
+        .expect("one");
+    assert!(
+        (alone[0] - first[2]).abs() < 1e-4,
+        "padding in a batch does not change a pair's score"
+    );
+    let other_query = reranker
+        .rerank("tax deadlines", vec![documents[0].clone()])
+        .await
+        .expect("rerank");
+    assert!(
+        (other_query[0] - first[0]).abs() > 1e-6,
+        "the query is part of the input"
+    );
+    let Err(error) = CrossEncoderReranker::load(
+        &models().join("onnxruntime/libonnxruntime.so"),
+        &models().join("no-cross-encoder"),
+        1,
+    ) else {
+        panic!("a missing model must fail");
+    };
+    assert!(
+        error.to_string().contains("no-cross-encoder/model.onnx"),
+        "{error}"
+    );
+}

@@ -55,6 +55,8 @@ pub struct Config {
     pub confidence_weight: f64,
     /// A remote rerank endpoint (`{query, documents}` → scores); unset: no reranking.
     pub rerank_url: Option<String>,
+    /// A local cross-encoder directory (model.onnx + tokenizer.json); unset: none.
+    pub rerank_model_dir: Option<PathBuf>,
     pub rerank_model: Option<String>,
     pub rerank_api_key: Option<String>,
     pub rerank_timeout_ms: u64,
@@ -110,6 +112,7 @@ impl Default for Config {
             usage_weight: 0.0,
             confidence_weight: 0.0,
             rerank_url: None,
+            rerank_model_dir: None,
             rerank_model: None,
             rerank_api_key: None,
             rerank_timeout_ms: 2_000,
@@ -167,6 +170,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("usage_weight", Kind::Float),
     ("confidence_weight", Kind::Float),
     ("rerank_url", Kind::Text),
+    ("rerank_model_dir", Kind::Text),
     ("rerank_model", Kind::Text),
     ("rerank_api_key", Kind::Text),
     ("rerank_timeout_ms", Kind::Integer),
@@ -350,6 +354,12 @@ impl Config {
             return Err(config_error(
                 "CAIRN_RERANK_URL",
                 "must be an http:// URL (terminate TLS in a sidecar)",
+            ));
+        }
+        if self.rerank_url.is_some() && self.rerank_model_dir.is_some() {
+            return Err(config_error(
+                "CAIRN_RERANK_MODEL_DIR",
+                "choose one reranker: a model directory or CAIRN_RERANK_URL",
             ));
         }
         if !(2..=200).contains(&self.rerank_candidates) {

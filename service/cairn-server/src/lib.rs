@@ -115,6 +115,15 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         )?;
         cairn = cairn.with_reranker(Arc::new(reranker));
     }
+    if let Some(model_dir) = &config.rerank_model_dir {
+        let reranker = cairn_inference::CrossEncoderReranker::load(
+            &config.embedder().runtime_library,
+            model_dir,
+            config.inference_threads,
+        )
+        .context("CAIRN_RERANK_MODEL_DIR")?;
+        cairn = cairn.with_reranker(Arc::new(reranker));
+    }
     cairn
         .claim_embedding_space()
         .await

@@ -1222,3 +1222,47 @@ async fn a_remote_reranker_reorders_and_a_failing_one_changes_nothing() {
     );
     assert!(fallback.iter().all(|(_, score)| score.is_null()));
 }
+
+#[actix_web::test]
+async fn a_local_cross_encoder_rescores_hits() {
+    // The model is a plumbing fixture (MiniLM plus a fixed head): only the wiring is checked.
+    let fixture =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.models/test-cross-encoder");
+    let harness = harness_with(move |config| config.rerank_model_dir = Some(fixture)).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user drinks green tea" }),
+    )
+    .await;
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user plays the cello" }),
+    )
+    .await;
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(&owner),
+        Some(json!({ "query": "tea", "explain": true, "tiers": ["semantic"] })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let hits = body["hits"].as_array().expect("hits");
+    assert_eq!(hits.len(), 2);
+    let scores: Vec<f64> = hits
+        .iter()
+        .filter_map(|hit| hit["explain"]["rerank_score"].as_f64())
+        .collect();
+    assert_eq!(scores.len(), 2, "every hit was rescored: {body}");
+    assert!(
+        scores[0] >= scores[1],
+        "hits are ordered by the reranker: {scores:?}"
+    );
+}
