@@ -9,7 +9,7 @@ use cairn_core::{
     PageRequest, Playbook, StatusFilter, Tier,
 };
 use chrono::{DateTime, FixedOffset, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 const DEFAULT_PAGE: usize = 50;
@@ -465,11 +465,4 @@ pub fn profile(profile: &Profile) -> Value {
         "hits": profile.hits.iter().map(recall_hit).collect::<Vec<_>>(),
         "context": profile.context,
     })
-}
-
-/// Body of `/healthz` and `/readyz`.
-#[derive(Serialize)]
-pub struct Health {
-    pub status: &'static str,
-    pub checks: Value,
 }
