@@ -10,7 +10,7 @@
 use anyhow::{Context, bail};
 use cairn_app::{Cairn, Fusion, IngestRequest, Message, RecallRequest, RequestContext, Role, Settings};
 use cairn_core::{MemoryStore, Permission, Principal, Scope, TenantId, Tier};
-use cairn_inference::{EmbedderConfig, OnnxEmbedder};
+use cairn_inference::{EmbedderConfig, LateInteractionReranker, OnnxEmbedder};
 use cairn_store_sqlite::SqliteStore;
 use serde::Deserialize;
 use serde_json::Value;
@@ -229,6 +229,14 @@ async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
         max_batch: 32,
         max_tokens: 256,
     })?);
+    let late_interaction = LateInteractionReranker::load(&EmbedderConfig {
+        runtime_library: models.join("onnxruntime/libonnxruntime.so"),
+        model_dir: models.join("all-minilm-l6-v2"),
+        dimension: 384,
+        intra_threads: 1,
+        max_batch: 32,
+        max_tokens: 256,
+    })?;
     let base = Settings {
         bump_usage_on_recall: false,
         candidates_per_leg: 100,
@@ -276,6 +284,11 @@ async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
             DEFAULT_PIPELINE,
             Cairn::new(Arc::clone(&store), Some(embedder.clone()), base.clone()),
         ),
+        (
+            "default + late-interaction rerank of the top 20",
+            Cairn::new(Arc::clone(&store), Some(embedder.clone()), base.clone())
+                .with_reranker(Arc::new(late_interaction)),
+        ),
     ];
     println!(
         "LoCoMo retrieval, {} conversations, {questions} questions (categories 1-4), every turn an episode",
@@ -300,7 +313,7 @@ async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
     }
 
     // Isolation sweep: every question in every other scope; any foreign hit fails.
-    let sweep = &configurations[configurations.len() - 1].1; // the default pipeline
+    let sweep = &configurations[configurations.len() - 2].1; // the default pipeline
     let mut asked = 0usize;
     for (index, conversation) in conversations.iter().enumerate() {
         for (other_index, other) in conversations.iter().enumerate() {

@@ -422,3 +422,128 @@ impl cairn_core::Reranker for CrossEncoderReranker {
         .map_err(|error| Error::Unavailable(format!("cross-encoder task: {error}")))?
     }
 }
+
+/// An offline reranker that needs no extra download: late interaction (MaxSim) over the
+/// embedding model's token vectors. Each query token is matched with its most similar
+/// document token; the score is the mean of those similarities.
+pub struct LateInteractionReranker {
+    model: Arc<Mutex<(Session, Tokenizer)>>,
+}
+
+impl LateInteractionReranker {
+    pub fn load(config: &EmbedderConfig) -> Result<Self> {
+        let environment = init_runtime(&config.runtime_library)?;
+        let model_path = config.model_dir.join("model.onnx");
+        let tokenizer_path = config.model_dir.join("tokenizer.json");
+        for path in [&model_path, &tokenizer_path] {
+            if !path.exists() {
+                return Err(missing(path));
+            }
+        }
+        let tokenizer = load_tokenizer(&tokenizer_path, config.max_tokens)?;
+        let session = load_session(environment, &model_path, config.intra_threads)?;
+        Ok(LateInteractionReranker {
+            model: Arc::new(Mutex::new((session, tokenizer))),
+        })
+    }
+}
+
+/// Unit-length vectors of each real token (special tokens at both ends left out).
+fn token_vectors(
+    session: &mut Session,
+    tokenizer: &Tokenizer,
+    texts: Vec<String>,
+) -> Result<Vec<Vec<Vec<f32>>>> {
+    let failure = |what: &str, error: &dyn std::fmt::Display| Error::Unavailable(format!("{what}: {error}"));
+    let encodings = tokenizer
+        .encode_batch(texts, true)
+        .map_err(|error| failure("tokenizing", &error))?;
+    let Batch {
+        rows,
+        length,
+        ids,
+        mask,
+        types,
+    } = Batch::of(&encodings);
+    let wants_types = session
+        .inputs()
+        .iter()
+        .any(|input| input.name() == "token_type_ids");
+    let tensor = |values: Vec<i64>| {
+        Tensor::from_array(([rows, length], values)).map_err(|error| failure("input tensor", &error))
+    };
+    let mut inputs = ort::inputs!["input_ids" => tensor(ids)?, "attention_mask" => tensor(mask.clone())?];
+    if wants_types {
+        inputs.push(("token_type_ids".into(), tensor(types)?.into()));
+    }
+    let outputs = session
+        .run(inputs)
+        .map_err(|error| failure("inference", &error))?;
+    let (shape, hidden) = outputs[0]
+        .try_extract_tensor::<f32>()
+        .map_err(|error| failure("reading the output", &error))?;
+    let width = usize::try_from(*shape.last().unwrap_or(&0)).unwrap_or(0).max(1);
+    let tokens = hidden.len() / (rows * width);
+    Ok((0..rows)
+        .map(|row| {
+            let real = (0..tokens.min(length))
+                .filter(|token| mask[row * length + token] != 0)
+                .count();
+            (1..real.saturating_sub(1))
+                .map(|token| {
+                    let offset = (row * tokens + token) * width;
+                    let vector = &hidden[offset..offset + width];
+                    let norm = vector
+                        .iter()
+                        .map(|value| value * value)
+                        .sum::<f32>()
+                        .sqrt()
+                        .max(1e-12);
+                    vector.iter().map(|value| value / norm).collect()
+                })
+                .collect()
+        })
+        .collect())
+}
+
+#[async_trait]
+impl cairn_core::Reranker for LateInteractionReranker {
+    fn name(&self) -> &str {
+        "late-interaction"
+    }
+
+    async fn rerank(&self, query: &str, documents: Vec<String>) -> Result<Vec<f64>> {
+        let model = Arc::clone(&self.model);
+        let query = query.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = model
+                .lock()
+                .map_err(|_| Error::Unavailable("the reranker is poisoned".into()))?;
+            let (session, tokenizer) = &mut *guard;
+            let query_tokens = token_vectors(session, tokenizer, vec![query])?
+                .pop()
+                .unwrap_or_default();
+            let document_tokens = token_vectors(session, tokenizer, documents)?;
+            Ok(document_tokens
+                .iter()
+                .map(|tokens| {
+                    if query_tokens.is_empty() || tokens.is_empty() {
+                        return 0.0;
+                    }
+                    let total: f32 = query_tokens
+                        .iter()
+                        .map(|q| {
+                            tokens
+                                .iter()
+                                .map(|d| cairn_core::cosine(q, d))
+                                .fold(f32::MIN, f32::max)
+                        })
+                        .sum();
+                    f64::from(total / query_tokens.len() as f32)
+                })
+                .collect())
+        })
+        .await
+        .map_err(|error| Error::Unavailable(format!("reranker task: {error}")))?
+    }
+}

@@ -160,3 +160,22 @@ async fn the_cross_encoder_scores_every_pair_deterministically() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn late_interaction_prefers_the_document_that_answers() {
+    use cairn_core::Reranker;
+    let reranker = cairn_inference::LateInteractionReranker::load(&config()).expect("load");
+    let scores = reranker
+        .rerank(
+            "what breed is the user's dog",
+            vec![
+                "Quarterly tax filings are due in April".to_owned(),
+                "The user adopted a golden retriever puppy".to_owned(),
+            ],
+        )
+        .await
+        .expect("rerank");
+    assert_eq!(scores.len(), 2);
+    assert!(scores[1] > scores[0], "{scores:?}");
+    assert!(scores.iter().all(|score| (-1.0..=1.0).contains(score)));
+}

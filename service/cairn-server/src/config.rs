@@ -57,6 +57,8 @@ pub struct Config {
     pub rerank_url: Option<String>,
     /// A local cross-encoder directory (model.onnx + tokenizer.json); unset: none.
     pub rerank_model_dir: Option<PathBuf>,
+    /// `late-interaction`: the offline reranker over the embedding model's token vectors.
+    pub rerank_offline: Option<String>,
     pub rerank_model: Option<String>,
     pub rerank_api_key: Option<String>,
     pub rerank_timeout_ms: u64,
@@ -113,6 +115,7 @@ impl Default for Config {
             confidence_weight: 0.0,
             rerank_url: None,
             rerank_model_dir: None,
+            rerank_offline: None,
             rerank_model: None,
             rerank_api_key: None,
             rerank_timeout_ms: 2_000,
@@ -171,6 +174,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("confidence_weight", Kind::Float),
     ("rerank_url", Kind::Text),
     ("rerank_model_dir", Kind::Text),
+    ("rerank_offline", Kind::Text),
     ("rerank_model", Kind::Text),
     ("rerank_api_key", Kind::Text),
     ("rerank_timeout_ms", Kind::Integer),

@@ -115,6 +115,11 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         )?;
         cairn = cairn.with_reranker(Arc::new(reranker));
     }
+    if config.rerank_offline.is_some() {
+        let reranker = cairn_inference::LateInteractionReranker::load(&config.embedder())
+            .context("CAIRN_RERANK_OFFLINE")?;
+        cairn = cairn.with_reranker(Arc::new(reranker));
+    }
     if let Some(model_dir) = &config.rerank_model_dir {
         let reranker = cairn_inference::CrossEncoderReranker::load(
             &config.embedder().runtime_library,

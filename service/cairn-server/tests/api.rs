@@ -1224,6 +1224,41 @@ async fn a_remote_reranker_reorders_and_a_failing_one_changes_nothing() {
 }
 
 #[actix_web::test]
+async fn the_offline_late_interaction_reranker_is_wired() {
+    let harness = harness_with(|config| config.rerank_offline = Some("late-interaction".into())).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user adopted a golden retriever" }),
+    )
+    .await;
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user files taxes every April" }),
+    )
+    .await;
+    let (_, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(&owner),
+        Some(json!({ "query": "what breed is the dog", "explain": true, "tiers": ["semantic"] })),
+    )
+    .await;
+    let hits = body["hits"].as_array().expect("hits");
+    assert_eq!(hits[0]["text"], "The user adopted a golden retriever", "{body}");
+    assert!(
+        hits.iter().all(|hit| hit["explain"]["rerank_score"].is_f64()),
+        "{body}"
+    );
+}
+
+#[actix_web::test]
 async fn a_local_cross_encoder_rescores_hits() {
     // The model is a plumbing fixture (MiniLM plus a fixed head): only the wiring is checked.
     let fixture =
