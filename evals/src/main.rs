@@ -221,22 +221,16 @@ async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
     )?;
     let directory = tempfile::tempdir()?;
     let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(directory.path())?);
-    let embedder = Arc::new(OnnxEmbedder::load(&EmbedderConfig {
+    let model = EmbedderConfig {
         runtime_library: models.join("onnxruntime/libonnxruntime.so"),
         model_dir: models.join("all-minilm-l6-v2"),
         dimension: 384,
         intra_threads: 1,
         max_batch: 32,
         max_tokens: 256,
-    })?);
-    let late_interaction = LateInteractionReranker::load(&EmbedderConfig {
-        runtime_library: models.join("onnxruntime/libonnxruntime.so"),
-        model_dir: models.join("all-minilm-l6-v2"),
-        dimension: 384,
-        intra_threads: 1,
-        max_batch: 32,
-        max_tokens: 256,
-    })?;
+    };
+    let embedder = Arc::new(OnnxEmbedder::load(&model)?);
+    let late_interaction = LateInteractionReranker::load(&model)?;
     let base = Settings {
         bump_usage_on_recall: false,
         candidates_per_leg: 100,

@@ -35,8 +35,8 @@ pub struct EmbedderConfig {
 
 const PROVISIONING_HINT: &str = "run scripts/setup to provision the model files";
 
-fn missing(path: &Path) -> Error {
-    Error::Unavailable(format!("{} is missing; {PROVISIONING_HINT}", path.display()))
+fn missing(path: &Path, hint: &str) -> Error {
+    Error::Unavailable(format!("{} is missing; {hint}", path.display()))
 }
 
 /// ONNX Runtime allows one environment per process; every embedder shares it.
@@ -44,7 +44,7 @@ static RUNTIME: OnceLock<std::result::Result<Environment, String>> = OnceLock::n
 
 fn init_runtime(library: &Path) -> Result<&'static Environment> {
     if !library.exists() {
-        return Err(missing(library));
+        return Err(missing(library, PROVISIONING_HINT));
     }
     let outcome = RUNTIME.get_or_init(|| {
         ort::init_from(library)
@@ -81,16 +81,14 @@ impl OnnxEmbedder {
     /// Loads the runtime, the model and the tokenizer, and starts the inference thread.
     /// Missing files produce an error naming the file and the provisioning command.
     pub fn load(config: &EmbedderConfig) -> Result<Self> {
-        let environment = init_runtime(&config.runtime_library)?;
+        let (session, tokenizer) = load_model(
+            &config.runtime_library,
+            &config.model_dir,
+            config.max_tokens,
+            config.intra_threads,
+            PROVISIONING_HINT,
+        )?;
         let model_path = config.model_dir.join("model.onnx");
-        let tokenizer_path = config.model_dir.join("tokenizer.json");
-        for path in [&model_path, &tokenizer_path] {
-            if !path.exists() {
-                return Err(missing(path));
-            }
-        }
-        let tokenizer = load_tokenizer(&tokenizer_path, config.max_tokens)?;
-        let session = load_session(environment, &model_path, config.intra_threads)?;
         let wants_token_type_ids = session
             .inputs()
             .iter()
@@ -126,6 +124,59 @@ impl OnnxEmbedder {
             dimension: config.dimension,
             model_id,
         })
+    }
+}
+
+/// Loads `model.onnx` and `tokenizer.json` from a directory; a missing file is an error
+/// naming it, followed by `hint`.
+fn load_model(
+    runtime_library: &Path,
+    model_dir: &Path,
+    max_tokens: usize,
+    intra_threads: usize,
+    hint: &str,
+) -> Result<(Session, Tokenizer)> {
+    let environment = init_runtime(runtime_library)?;
+    let model_path = model_dir.join("model.onnx");
+    let tokenizer_path = model_dir.join("tokenizer.json");
+    for path in [&model_path, &tokenizer_path] {
+        if !path.exists() {
+            return Err(missing(path, hint));
+        }
+    }
+    let tokenizer = load_tokenizer(&tokenizer_path, max_tokens)?;
+    let session = load_session(environment, &model_path, intra_threads)?;
+    Ok((session, tokenizer))
+}
+
+/// A session and its tokenizer shared by callers, run on the blocking pool one call at
+/// a time, never on the async executor.
+struct BlockingModel {
+    inner: Arc<Mutex<(Session, Tokenizer)>>,
+}
+
+impl BlockingModel {
+    fn new(session: Session, tokenizer: Tokenizer) -> Self {
+        BlockingModel {
+            inner: Arc::new(Mutex::new((session, tokenizer))),
+        }
+    }
+
+    async fn run<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Session, &Tokenizer) -> Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let mut guard = inner
+                .lock()
+                .map_err(|_| Error::Unavailable("a model lock is poisoned".into()))?;
+            let (session, tokenizer) = &mut *guard;
+            work(session, tokenizer)
+        })
+        .await
+        .map_err(|error| Error::Unavailable(format!("inference task: {error}")))?
     }
 }
 
@@ -331,26 +382,15 @@ impl Embedder for OnnxEmbedder {
 /// (query, document) pairs, loaded from a directory with `model.onnx` and
 /// `tokenizer.json`. Inference runs on the blocking pool, never on the executor.
 pub struct CrossEncoderReranker {
-    model: Arc<Mutex<(Session, Tokenizer)>>,
+    model: BlockingModel,
 }
 
 impl CrossEncoderReranker {
     pub fn load(runtime_library: &Path, model_dir: &Path, intra_threads: usize) -> Result<Self> {
-        let environment = init_runtime(runtime_library)?;
-        let model_path = model_dir.join("model.onnx");
-        let tokenizer_path = model_dir.join("tokenizer.json");
-        for path in [&model_path, &tokenizer_path] {
-            if !path.exists() {
-                return Err(Error::Unavailable(format!(
-                    "{} is missing; point CAIRN_RERANK_MODEL_DIR at a cross-encoder directory",
-                    path.display()
-                )));
-            }
-        }
-        let tokenizer = load_tokenizer(&tokenizer_path, 512)?;
-        let session = load_session(environment, &model_path, intra_threads)?;
+        let hint = "point CAIRN_RERANK_MODEL_DIR at a cross-encoder directory";
+        let (session, tokenizer) = load_model(runtime_library, model_dir, 512, intra_threads, hint)?;
         Ok(CrossEncoderReranker {
-            model: Arc::new(Mutex::new((session, tokenizer))),
+            model: BlockingModel::new(session, tokenizer),
         })
     }
 }
@@ -409,17 +449,10 @@ impl cairn_core::Reranker for CrossEncoderReranker {
     }
 
     async fn rerank(&self, query: &str, documents: Vec<String>) -> Result<Vec<f64>> {
-        let model = Arc::clone(&self.model);
         let query = query.to_owned();
-        tokio::task::spawn_blocking(move || {
-            let mut guard = model
-                .lock()
-                .map_err(|_| Error::Unavailable("the cross-encoder is poisoned".into()))?;
-            let (session, tokenizer) = &mut *guard;
-            score_pairs(session, tokenizer, &query, documents)
-        })
-        .await
-        .map_err(|error| Error::Unavailable(format!("cross-encoder task: {error}")))?
+        self.model
+            .run(move |session, tokenizer| score_pairs(session, tokenizer, &query, documents))
+            .await
     }
 }
 
@@ -427,25 +460,40 @@ impl cairn_core::Reranker for CrossEncoderReranker {
 /// embedding model's token vectors. Each query token is matched with its most similar
 /// document token; the score is the mean of those similarities.
 pub struct LateInteractionReranker {
-    model: Arc<Mutex<(Session, Tokenizer)>>,
+    model: BlockingModel,
 }
 
 impl LateInteractionReranker {
     pub fn load(config: &EmbedderConfig) -> Result<Self> {
-        let environment = init_runtime(&config.runtime_library)?;
-        let model_path = config.model_dir.join("model.onnx");
-        let tokenizer_path = config.model_dir.join("tokenizer.json");
-        for path in [&model_path, &tokenizer_path] {
-            if !path.exists() {
-                return Err(missing(path));
-            }
-        }
-        let tokenizer = load_tokenizer(&tokenizer_path, config.max_tokens)?;
-        let session = load_session(environment, &model_path, config.intra_threads)?;
+        let (session, tokenizer) = load_model(
+            &config.runtime_library,
+            &config.model_dir,
+            config.max_tokens,
+            config.intra_threads,
+            PROVISIONING_HINT,
+        )?;
         Ok(LateInteractionReranker {
-            model: Arc::new(Mutex::new((session, tokenizer))),
+            model: BlockingModel::new(session, tokenizer),
         })
     }
+}
+
+/// Late-interaction score: each query token's best cosine against the document's tokens,
+/// averaged over the query tokens (0 when either side has none).
+fn max_similarity(query_tokens: &[Vec<f32>], document_tokens: &[Vec<f32>]) -> f64 {
+    if query_tokens.is_empty() || document_tokens.is_empty() {
+        return 0.0;
+    }
+    let total: f32 = query_tokens
+        .iter()
+        .map(|query| {
+            document_tokens
+                .iter()
+                .map(|document| cairn_core::cosine(query, document))
+                .fold(f32::MIN, f32::max)
+        })
+        .sum();
+    f64::from(total / query_tokens.len() as f32)
 }
 
 /// Unit-length vectors of each real token (special tokens at both ends left out).
@@ -513,37 +561,18 @@ impl cairn_core::Reranker for LateInteractionReranker {
     }
 
     async fn rerank(&self, query: &str, documents: Vec<String>) -> Result<Vec<f64>> {
-        let model = Arc::clone(&self.model);
         let query = query.to_owned();
-        tokio::task::spawn_blocking(move || {
-            let mut guard = model
-                .lock()
-                .map_err(|_| Error::Unavailable("the reranker is poisoned".into()))?;
-            let (session, tokenizer) = &mut *guard;
-            let query_tokens = token_vectors(session, tokenizer, vec![query])?
-                .pop()
-                .unwrap_or_default();
-            let document_tokens = token_vectors(session, tokenizer, documents)?;
-            Ok(document_tokens
-                .iter()
-                .map(|tokens| {
-                    if query_tokens.is_empty() || tokens.is_empty() {
-                        return 0.0;
-                    }
-                    let total: f32 = query_tokens
-                        .iter()
-                        .map(|q| {
-                            tokens
-                                .iter()
-                                .map(|d| cairn_core::cosine(q, d))
-                                .fold(f32::MIN, f32::max)
-                        })
-                        .sum();
-                    f64::from(total / query_tokens.len() as f32)
-                })
-                .collect())
-        })
-        .await
-        .map_err(|error| Error::Unavailable(format!("reranker task: {error}")))?
+        self.model
+            .run(move |session, tokenizer| {
+                let query_tokens = token_vectors(session, tokenizer, vec![query])?
+                    .pop()
+                    .unwrap_or_default();
+                let document_tokens = token_vectors(session, tokenizer, documents)?;
+                Ok(document_tokens
+                    .iter()
+                    .map(|tokens| max_similarity(&query_tokens, tokens))
+                    .collect())
+            })
+            .await
     }
 }
