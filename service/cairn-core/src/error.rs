@@ -26,6 +26,9 @@ pub enum Error {
     /// The storage backend is not reachable right now.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// A model provider (LLM, remote reranker) failed or answered unusably.
+    #[error("model provider failure: {0}")]
+    Provider(String),
 }
 
 impl Error {
@@ -39,6 +42,7 @@ impl Error {
             Error::Forbidden { code, .. } => code,
             Error::Storage(_) => "internal_error",
             Error::Unavailable(_) => "unavailable",
+            Error::Provider(_) => "provider_error",
         }
     }
 

@@ -4,6 +4,7 @@
 //! storage engine. The one way to obtain a [`Scope`] is through an authenticated
 //! [`Principal`], so every store query is tied to a tenant by construction.
 
+pub mod consolidate;
 pub mod embed;
 pub mod error;
 pub mod ids;
@@ -13,6 +14,10 @@ pub mod scope;
 pub mod store;
 pub mod text;
 
+pub use consolidate::{
+    CandidateFact, CandidatePlaybook, Extraction, ExtractionInput, Extractor, Judge, Judgement, ShownFact,
+    Usage, Verdict,
+};
 pub use embed::{Embedder, cosine};
 pub use error::{Error, Result};
 pub use ids::new_id;

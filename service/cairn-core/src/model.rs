@@ -329,3 +329,27 @@ pub struct AuditEvent {
     /// Small structured detail (counts, a content hash); never record text.
     pub detail: serde_json::Value,
 }
+
+/// A pending consolidation of one scope, kept in the store so it survives a restart.
+/// It carries the assistant text sent with the episodes: transient context for
+/// extraction, deleted with the job, never evidence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConsolidationJob {
+    pub id: String,
+    /// The token subject whose ingest enqueued it (for the audit trail of the run).
+    pub subject: String,
+    pub request_id: String,
+    pub assistant_context: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    /// Not claimed before this time (retry backoff).
+    pub run_after: DateTime<Utc>,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+}
+
+/// An episode with its position in the scope's ingest order (what a watermark counts).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoggedEpisode {
+    pub position: u64,
+    pub episode: Episode,
+}

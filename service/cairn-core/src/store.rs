@@ -7,7 +7,10 @@
 //! event, so no mutation goes unaudited.
 
 use crate::error::Result;
-use crate::model::{AuditEvent, Decision, Episode, Fact, FactStatus, FactType, Playbook, Tombstone};
+use crate::model::{
+    AuditEvent, ConsolidationJob, Decision, Episode, Fact, FactStatus, FactType, LoggedEpisode, Playbook,
+    Tombstone,
+};
 use crate::scope::Scope;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -76,6 +79,16 @@ pub enum Change {
         playbook_id: String,
         success: bool,
         at: DateTime<Utc>,
+    },
+    /// Queues a consolidation of the scope.
+    EnqueueJob(ConsolidationJob),
+    /// Removes finished jobs of the scope (ids not found are ignored: a replay is a no-op).
+    CompleteJobs(Vec<String>),
+    /// Moves the scope's consolidation watermark. Precondition: it is still at
+    /// `expected` (else `watermark_moved`), so two runs can never both apply a batch.
+    MoveWatermark {
+        expected: u64,
+        to: u64,
     },
 }
 
@@ -201,6 +214,7 @@ pub struct ErasureReceipt {
     pub edges: u64,
     pub tombstones: u64,
     pub decisions: u64,
+    pub jobs: u64,
 }
 
 /// The storage port. Implementations must keep every read and write inside `scope`.
@@ -261,6 +275,41 @@ pub trait MemoryStore: Send + Sync + 'static {
 
     /// Audit events newest first.
     async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>>;
+
+    /// Unlifted tombstones of the scope, newest first.
+    async fn list_tombstones(&self, scope: &Scope) -> Result<Vec<Tombstone>>;
+
+    /// The scope's consolidation watermark: the position of the last consolidated
+    /// episode (0 before the first run).
+    async fn watermark(&self, scope: &Scope) -> Result<u64>;
+
+    /// Episodes with a position after `position`, oldest first, at most `limit`.
+    async fn episodes_after(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>>;
+
+    /// Episodes with a position at or before `position`, the newest `limit` of them,
+    /// oldest first.
+    async fn episodes_up_to(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>>;
+
+    /// Queued consolidation jobs of the scope, oldest first.
+    async fn pending_jobs(&self, scope: &Scope) -> Result<Vec<ConsolidationJob>>;
+
+    /// Leases the oldest job due at `now` of any scope until `lease_until`, and returns
+    /// it with the scope it was enqueued in. Leased jobs are not handed out again until
+    /// the lease ends, so a job whose worker died runs again later.
+    async fn claim_job(
+        &self,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Option<(Scope, ConsolidationJob)>>;
+
+    /// Gives a leased job back after a failed run: one more attempt, not before `run_after`.
+    async fn release_job(
+        &self,
+        scope: &Scope,
+        job_id: &str,
+        run_after: DateTime<Utc>,
+        error: &str,
+    ) -> Result<()>;
 
     /// Removes every record of the scope (the audit trail keeps its id-only events and
     /// gains `audit`) and counts what was removed.

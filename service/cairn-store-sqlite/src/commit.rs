@@ -3,7 +3,8 @@
 use crate::rows::{embedding_bytes, micros, optional_micros, scope_key};
 use cairn_core::text::fingerprint;
 use cairn_core::{
-    AuditEvent, Change, ChangeSet, Decision, Episode, Error, Fact, Playbook, Result, Scope, Tombstone,
+    AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, Error, Fact, Playbook, Result, Scope,
+    Tombstone,
 };
 use rusqlite::{OptionalExtension, Transaction, params};
 
@@ -146,7 +147,70 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
                 Err(Error::NotFound { what: "playbook" })
             }
         }
+        Change::EnqueueJob(job) => insert_job(transaction, scope, job).map_err(storage),
+        Change::CompleteJobs(job_ids) => {
+            let mut statement = transaction
+                .prepare_cached("DELETE FROM jobs WHERE id = ?1 AND tenant = ?2 AND user_id = ?3")
+                .map_err(storage)?;
+            for job_id in job_ids {
+                statement
+                    .execute(params![job_id, scope.tenant().as_str(), scope.user().as_str()])
+                    .map_err(storage)?;
+            }
+            Ok(())
+        }
+        Change::MoveWatermark { expected, to } => move_watermark(transaction, scope, *expected, *to),
     }
+}
+
+fn insert_job(transaction: &Transaction<'_>, scope: &Scope, job: &ConsolidationJob) -> rusqlite::Result<()> {
+    let context = serde_json::to_string(&job.assistant_context)
+        .map_err(|error| rusqlite::Error::ToSqlConversionFailure(Box::new(error)))?;
+    transaction.execute(
+        "INSERT INTO jobs (id, tenant, user_id, subject, request_id, assistant_context, created_at, \
+         run_after, attempts, last_error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            job.id,
+            scope.tenant().as_str(),
+            scope.user().as_str(),
+            job.subject,
+            job.request_id,
+            context,
+            micros(job.created_at),
+            micros(job.run_after),
+            job.attempts,
+            job.last_error,
+        ],
+    )?;
+    Ok(())
+}
+
+fn move_watermark(transaction: &Transaction<'_>, scope: &Scope, expected: u64, to: u64) -> Result<()> {
+    let (tenant, user) = (scope.tenant().as_str(), scope.user().as_str());
+    let current: u64 = transaction
+        .query_row(
+            "SELECT watermark FROM consolidation_state WHERE tenant = ?1 AND user_id = ?2",
+            params![tenant, user],
+            |row| row.get::<_, i64>(0),
+        )
+        .optional()
+        .map_err(storage)?
+        .map_or(0, |value| u64::try_from(value).unwrap_or(0));
+    if current != expected {
+        return Err(Error::Conflict {
+            code: "watermark_moved",
+            message: format!("another consolidation run moved the watermark from {expected} to {current}"),
+        });
+    }
+    let to = i64::try_from(to).map_err(|_| Error::invalid("watermark", "is out of range"))?;
+    transaction
+        .execute(
+            "INSERT INTO consolidation_state (tenant, user_id, watermark) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (tenant, user_id) DO UPDATE SET watermark = excluded.watermark",
+            params![tenant, user, to],
+        )
+        .map_err(storage)?;
+    Ok(())
 }
 
 /// The owner check: the fact must exist in this scope (else `NotFound`, whatever other

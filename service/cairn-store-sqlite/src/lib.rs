@@ -12,9 +12,9 @@ mod search;
 mod vectors;
 
 use cairn_core::{
-    AuditEvent, Change, ChangeSet, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, MemoryStore,
-    Page, PageRequest, Playbook, Result, Scope, StatusFilter, TextHit, TextQuery, Tier, Tombstone,
-    TombstoneReason, VectorQuery,
+    AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact,
+    FactStatus, LoggedEpisode, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
+    TenantId, TextHit, TextQuery, Tier, Tombstone, UserId, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use rows::micros;
@@ -57,6 +57,14 @@ impl SqliteStore {
         let mut writer = Connection::open(&path).map_err(storage)?;
         schema::configure(&writer).map_err(storage)?;
         schema::migrate(&mut writer).map_err(storage)?;
+        // The embedded store belongs to one process: a lease left in the file was held
+        // by a process that is gone, so its job is due again now.
+        writer
+            .execute(
+                "UPDATE jobs SET leased_until = NULL WHERE leased_until IS NOT NULL",
+                [],
+            )
+            .map_err(storage)?;
         let readers = (0..READER_CONNECTIONS)
             .map(|_| {
                 let reader = Connection::open(&path).map_err(storage)?;
@@ -78,6 +86,35 @@ impl SqliteStore {
     /// The database file, for operators and diagnostics.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    async fn episode_log(
+        &self,
+        scope: &Scope,
+        sql: String,
+        position: u64,
+        limit: usize,
+    ) -> Result<Vec<LoggedEpisode>> {
+        let scope = scope.clone();
+        let position = i64::try_from(position).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |connection| {
+            let mut statement = connection.prepare_cached(&sql).map_err(storage)?;
+            statement
+                .query_map(
+                    params![scope.tenant().as_str(), scope.user().as_str(), position, limit],
+                    |row| {
+                        Ok(LoggedEpisode {
+                            position: u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+                            episode: rows::episode(row)?,
+                        })
+                    },
+                )
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)
+        })
+        .await
     }
 
     async fn read<T, F>(&self, work: F) -> Result<T>
@@ -298,26 +335,13 @@ impl MemoryStore for SqliteStore {
         self.read(move |connection| {
             connection
                 .query_row(
-                    "SELECT id, fingerprint, fact_id, reason, created_at FROM tombstones \
-                     WHERE tenant = ?1 AND user_id = ?2 AND fingerprint = ?3 AND lifted_at IS NULL \
-                     ORDER BY seq DESC LIMIT 1",
+                    &format!(
+                        "SELECT {} FROM tombstones WHERE tenant = ?1 AND user_id = ?2 AND fingerprint = ?3 \
+                         AND lifted_at IS NULL ORDER BY seq DESC LIMIT 1",
+                        rows::TOMBSTONE_COLUMNS
+                    ),
                     params![scope.tenant().as_str(), scope.user().as_str(), fingerprint],
-                    |row| {
-                        let reason: String = row.get(3)?;
-                        let created_at: i64 = row.get(4)?;
-                        Ok(Tombstone {
-                            id: row.get(0)?,
-                            fingerprint: row.get(1)?,
-                            fact_id: row.get(2)?,
-                            reason: if reason == "forgotten" {
-                                TombstoneReason::Forgotten
-                            } else {
-                                TombstoneReason::Retracted
-                            },
-                            created_at: DateTime::from_timestamp_micros(created_at).unwrap_or_default(),
-                            lifted_at: None,
-                        })
-                    },
+                    rows::tombstone,
                 )
                 .optional()
                 .map_err(storage)
@@ -531,6 +555,166 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn list_tombstones(&self, scope: &Scope) -> Result<Vec<Tombstone>> {
+        let scope = scope.clone();
+        self.read(move |connection| {
+            let mut statement = connection
+                .prepare_cached(&format!(
+                    "SELECT {} FROM tombstones WHERE tenant = ?1 AND user_id = ?2 AND lifted_at IS NULL \
+                     ORDER BY seq DESC",
+                    rows::TOMBSTONE_COLUMNS
+                ))
+                .map_err(storage)?;
+            statement
+                .query_map(
+                    params![scope.tenant().as_str(), scope.user().as_str()],
+                    rows::tombstone,
+                )
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)
+        })
+        .await
+    }
+
+    async fn watermark(&self, scope: &Scope) -> Result<u64> {
+        let scope = scope.clone();
+        self.read(move |connection| {
+            let value: Option<i64> = connection
+                .query_row(
+                    "SELECT watermark FROM consolidation_state WHERE tenant = ?1 AND user_id = ?2",
+                    params![scope.tenant().as_str(), scope.user().as_str()],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(storage)?;
+            Ok(value.map_or(0, |value| u64::try_from(value).unwrap_or(0)))
+        })
+        .await
+    }
+
+    async fn episodes_after(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {
+        let sql = format!(
+            "SELECT {} FROM episodes e WHERE e.tenant = ?1 AND e.user_id = ?2 AND e.seq > ?3 \
+             ORDER BY e.seq ASC LIMIT ?4",
+            rows::EPISODE_COLUMNS
+        );
+        let mut episodes = self.episode_log(scope, sql, position, limit).await?;
+        episodes.sort_by_key(|logged| logged.position);
+        Ok(episodes)
+    }
+
+    async fn episodes_up_to(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {
+        let sql = format!(
+            "SELECT {} FROM episodes e WHERE e.tenant = ?1 AND e.user_id = ?2 AND e.seq <= ?3 \
+             ORDER BY e.seq DESC LIMIT ?4",
+            rows::EPISODE_COLUMNS
+        );
+        let mut episodes = self.episode_log(scope, sql, position, limit).await?;
+        episodes.sort_by_key(|logged| logged.position);
+        Ok(episodes)
+    }
+
+    async fn pending_jobs(&self, scope: &Scope) -> Result<Vec<ConsolidationJob>> {
+        let scope = scope.clone();
+        self.read(move |connection| {
+            let mut statement = connection
+                .prepare_cached(&format!(
+                    "SELECT {} FROM jobs WHERE tenant = ?1 AND user_id = ?2 ORDER BY seq ASC",
+                    rows::JOB_COLUMNS
+                ))
+                .map_err(storage)?;
+            statement
+                .query_map(params![scope.tenant().as_str(), scope.user().as_str()], rows::job)
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)
+        })
+        .await
+    }
+
+    async fn claim_job(
+        &self,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Option<(Scope, ConsolidationJob)>> {
+        self.write(move |connection| {
+            let transaction = connection.transaction().map_err(storage)?;
+            let claimed = transaction
+                .query_row(
+                    &format!(
+                        "SELECT seq, tenant, user_id, {} FROM jobs \
+                         WHERE run_after <= ?1 AND (leased_until IS NULL OR leased_until <= ?1) \
+                         ORDER BY run_after ASC, seq ASC LIMIT 1",
+                        rows::JOB_COLUMNS
+                    ),
+                    params![micros(now)],
+                    |row| {
+                        let seq: i64 = row.get(0)?;
+                        let tenant: String = row.get(1)?;
+                        let user: String = row.get(2)?;
+                        Ok((seq, tenant, user))
+                    },
+                )
+                .optional()
+                .map_err(storage)?;
+            let Some((seq, tenant, user)) = claimed else {
+                return Ok(None);
+            };
+            transaction
+                .execute(
+                    "UPDATE jobs SET leased_until = ?1 WHERE seq = ?2",
+                    params![micros(lease_until), seq],
+                )
+                .map_err(storage)?;
+            let job = transaction
+                .query_row(
+                    &format!("SELECT {} FROM jobs WHERE seq = ?1", rows::JOB_COLUMNS),
+                    params![seq],
+                    rows::job,
+                )
+                .map_err(storage)?;
+            transaction.commit().map_err(storage)?;
+            // The job was written under an authenticated scope; a row that no longer
+            // parses as one is reported, never guessed at.
+            let tenant = TenantId::parse(&tenant)?;
+            let user = UserId::parse(&user)?;
+            #[allow(clippy::disallowed_methods)]
+            let scope = Scope::of_enqueued_job(tenant, user, job.subject.clone());
+            Ok(Some((scope, job)))
+        })
+        .await
+    }
+
+    async fn release_job(
+        &self,
+        scope: &Scope,
+        job_id: &str,
+        run_after: DateTime<Utc>,
+        error: &str,
+    ) -> Result<()> {
+        let scope = scope.clone();
+        let job_id = job_id.to_owned();
+        let error = error.to_owned();
+        self.write(move |connection| {
+            connection
+                .execute(
+                    "UPDATE jobs SET leased_until = NULL, attempts = attempts + 1, run_after = ?1, \
+                     last_error = ?2 WHERE id = ?3 AND tenant = ?4 AND user_id = ?5",
+                    params![
+                        micros(run_after),
+                        error,
+                        job_id,
+                        scope.tenant().as_str(),
+                        scope.user().as_str()
+                    ],
+                )
+                .map_err(storage)?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
         let scope = scope.clone();
         let inner = Arc::clone(&self.inner);
@@ -558,7 +742,9 @@ impl MemoryStore for SqliteStore {
                 edges: erase("DELETE FROM edges WHERE tenant = ?1 AND user_id = ?2")?,
                 tombstones: erase("DELETE FROM tombstones WHERE tenant = ?1 AND user_id = ?2")?,
                 decisions: erase("DELETE FROM decisions WHERE tenant = ?1 AND user_id = ?2")?,
+                jobs: erase("DELETE FROM jobs WHERE tenant = ?1 AND user_id = ?2")?,
             };
+            erase("DELETE FROM consolidation_state WHERE tenant = ?1 AND user_id = ?2")?;
             commit::insert_audit(&transaction, &scope, &audit).map_err(storage)?;
             transaction.commit().map_err(storage)?;
             for tier in Tier::ALL {

@@ -1,6 +1,9 @@
 //! Conversions between domain records and SQLite rows.
 
-use cairn_core::{AuditEvent, Decision, DecisionKind, Episode, Fact, FactStatus, FactType, Playbook, Scope};
+use cairn_core::{
+    AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, Fact, FactStatus, FactType, Playbook,
+    Scope, Tombstone, TombstoneReason,
+};
 use chrono::{DateTime, Utc};
 use rusqlite::Row;
 use rusqlite::types::Type;
@@ -169,4 +172,38 @@ pub fn scope_key(scope: &Scope) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("s{hash:016x}")
+}
+
+pub const TOMBSTONE_COLUMNS: &str = "id, fingerprint, fact_id, reason, created_at, lifted_at";
+
+pub fn tombstone(row: &Row<'_>) -> rusqlite::Result<Tombstone> {
+    let reason: String = row.get(3)?;
+    Ok(Tombstone {
+        id: row.get(0)?,
+        fingerprint: row.get(1)?,
+        fact_id: row.get(2)?,
+        reason: if reason == "forgotten" {
+            TombstoneReason::Forgotten
+        } else {
+            TombstoneReason::Retracted
+        },
+        created_at: time_at(row, 4)?,
+        lifted_at: optional_time_at(row, 5)?,
+    })
+}
+
+pub const JOB_COLUMNS: &str =
+    "id, subject, request_id, assistant_context, created_at, run_after, attempts, last_error";
+
+pub fn job(row: &Row<'_>) -> rusqlite::Result<ConsolidationJob> {
+    Ok(ConsolidationJob {
+        id: row.get(0)?,
+        subject: row.get(1)?,
+        request_id: row.get(2)?,
+        assistant_context: json_at(row, 3)?,
+        created_at: time_at(row, 4)?,
+        run_after: time_at(row, 5)?,
+        attempts: row.get(6)?,
+        last_error: row.get(7)?,
+    })
 }

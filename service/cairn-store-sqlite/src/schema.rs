@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Durability, safety and read settings applied to every connection. `synchronous=FULL`
 /// in WAL mode means an acknowledged commit survives a crash of the process or the
@@ -31,10 +31,17 @@ pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
             row.get(0)
         })
         .ok();
-    if current.is_none() {
+    let version = current.and_then(|value| value.parse::<i64>().ok()).unwrap_or(0);
+    if version < 1 {
         transaction.execute_batch(SCHEMA)?;
+    }
+    if version < 2 {
+        transaction.execute_batch(CONSOLIDATION)?;
+    }
+    if version < SCHEMA_VERSION {
         transaction.execute(
-            "INSERT INTO schema_meta (key, value) VALUES ('version', ?1)",
+            "INSERT INTO schema_meta (key, value) VALUES ('version', ?1) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             [SCHEMA_VERSION.to_string()],
         )?;
     }
@@ -183,4 +190,32 @@ CREATE TRIGGER audit_events_append_only_update BEFORE UPDATE ON audit_events
 BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
 CREATE TRIGGER audit_events_append_only_delete BEFORE DELETE ON audit_events
 BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
+"#;
+
+/// Version 2: the consolidation watermark per scope and the durable job queue. A job's
+/// `assistant_context` is transient extraction context, deleted with the job.
+const CONSOLIDATION: &str = r#"
+CREATE TABLE consolidation_state (
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    watermark INTEGER NOT NULL,
+    PRIMARY KEY (tenant, user_id)
+);
+
+CREATE TABLE jobs (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    assistant_context TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    run_after INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    leased_until INTEGER
+);
+CREATE INDEX jobs_due ON jobs (run_after, seq);
+CREATE INDEX jobs_scope ON jobs (tenant, user_id, seq);
 "#;

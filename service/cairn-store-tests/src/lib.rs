@@ -4,9 +4,9 @@
 
 use cairn_core::text::fingerprint;
 use cairn_core::{
-    AuditEvent, Change, ChangeSet, Edge, EdgeKind, Error, Fact, FactStatus, FactType, Memory, MemoryStore,
-    PageRequest, Permission, Playbook, Principal, Scope, SearchFilter, StatusFilter, TenantId, TextQuery,
-    Tier, Tombstone, TombstoneReason, VectorQuery, new_id,
+    AuditEvent, Change, ChangeSet, ConsolidationJob, Edge, EdgeKind, Episode, Error, Fact, FactStatus,
+    FactType, Memory, MemoryStore, PageRequest, Permission, Playbook, Principal, Scope, SearchFilter,
+    StatusFilter, TenantId, TextQuery, Tier, Tombstone, TombstoneReason, VectorQuery, new_id,
 };
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
@@ -33,6 +33,8 @@ macro_rules! conformance_suite {
             vector_search_is_scoped_and_current,
             the_embedding_space_is_claimed_once,
             vectors_follow_erasure_and_reuse,
+            the_watermark_moves_only_from_where_it_is,
+            jobs_are_durable_leased_and_scoped,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -984,4 +986,205 @@ pub async fn vectors_follow_erasure_and_reuse(store: Arc<dyn MemoryStore>) {
     let hits = nearest(store.as_ref(), &alice, &second_vector, false).await;
     assert_eq!(hits[0].0, second.id);
     assert!(hits[0].1 > 0.99, "scored with its own vector: {}", hits[0].1);
+}
+
+fn episode(text: &str, at: DateTime<Utc>) -> Episode {
+    Episode {
+        id: new_id("epi"),
+        session_id: None,
+        text: text.to_owned(),
+        occurred_at: at,
+        ingested_at: at,
+        embedding: None,
+    }
+}
+
+pub async fn the_watermark_moves_only_from_where_it_is(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let now = Utc::now();
+    let texts = ["first", "second", "third", "fourth"];
+    for text in texts {
+        let change_set = ChangeSet::new(audit(&alice, "episode.ingest"))
+            .with(Change::InsertEpisodes(vec![episode(text, now)]));
+        store.commit(&alice, change_set).await.expect("ingest");
+    }
+    let bob_set = ChangeSet::new(audit(&bob, "episode.ingest"))
+        .with(Change::InsertEpisodes(vec![episode("bob's", now)]));
+    store.commit(&bob, bob_set).await.expect("ingest bob");
+
+    assert_eq!(store.watermark(&alice).await.expect("watermark"), 0);
+    let all = store.episodes_after(&alice, 0, 10).await.expect("log");
+    let seen: Vec<&str> = all.iter().map(|logged| logged.episode.text.as_str()).collect();
+    assert_eq!(
+        seen, texts,
+        "the log is in ingest order and holds only this scope"
+    );
+    assert!(all.windows(2).all(|pair| pair[0].position < pair[1].position));
+
+    let first_two = store.episodes_after(&alice, 0, 2).await.expect("log");
+    assert_eq!(first_two.len(), 2);
+    let mark = first_two[1].position;
+    let rest = store.episodes_after(&alice, mark, 10).await.expect("log");
+    assert_eq!(
+        rest.iter()
+            .map(|logged| logged.episode.text.as_str())
+            .collect::<Vec<_>>(),
+        ["third", "fourth"]
+    );
+    let earlier = store.episodes_up_to(&alice, mark, 1).await.expect("log");
+    assert_eq!(earlier.len(), 1);
+    assert_eq!(
+        earlier[0].episode.text, "second",
+        "the newest at or before the mark"
+    );
+
+    let advance = ChangeSet::new(audit(&alice, "consolidation.run")).with(Change::MoveWatermark {
+        expected: 0,
+        to: mark,
+    });
+    store.commit(&alice, advance).await.expect("advance");
+    assert_eq!(store.watermark(&alice).await.expect("watermark"), mark);
+    assert_eq!(
+        store.watermark(&bob).await.expect("watermark"),
+        0,
+        "watermarks are per scope"
+    );
+
+    // A second run that read the old watermark cannot apply its batch.
+    let stale = ChangeSet::new(audit(&alice, "consolidation.run"))
+        .with(Change::InsertFact(fact("written by a stale run", now)))
+        .with(Change::MoveWatermark {
+            expected: 0,
+            to: mark,
+        });
+    match store.commit(&alice, stale).await {
+        Err(Error::Conflict { code, .. }) => assert_eq!(code, "watermark_moved"),
+        other => panic!("expected watermark_moved, got {other:?}"),
+    }
+    let facts = store
+        .list_facts(
+            &alice,
+            StatusFilter::All,
+            Utc::now(),
+            &PageRequest {
+                limit: 10,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("list");
+    assert!(facts.items.is_empty(), "the stale batch wrote nothing");
+
+    let tombstone = Tombstone {
+        id: new_id("tomb"),
+        fingerprint: fingerprint("some value"),
+        fact_id: "fact_x".into(),
+        reason: TombstoneReason::Retracted,
+        created_at: now,
+        lifted_at: None,
+    };
+    let set = ChangeSet::new(audit(&alice, "fact.retract")).with(Change::InsertTombstone(tombstone.clone()));
+    store.commit(&alice, set).await.expect("tombstone");
+    let listed = store.list_tombstones(&alice).await.expect("tombstones");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, tombstone.id);
+    assert!(store.list_tombstones(&bob).await.expect("tombstones").is_empty());
+}
+
+fn job(scope: &Scope, at: DateTime<Utc>) -> ConsolidationJob {
+    ConsolidationJob {
+        id: new_id("job"),
+        subject: scope.subject().to_owned(),
+        request_id: "req_conformance".into(),
+        assistant_context: vec!["try the Nimbus 25".into()],
+        created_at: at,
+        run_after: at,
+        attempts: 0,
+        last_error: None,
+    }
+}
+
+pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("other", "bob");
+    let now = Utc::now();
+    let queued = job(&alice, now);
+    let set = ChangeSet::new(audit(&alice, "episode.ingest")).with(Change::EnqueueJob(queued.clone()));
+    store.commit(&alice, set).await.expect("enqueue");
+    let pending = store.pending_jobs(&alice).await.expect("jobs");
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].id, queued.id);
+    assert_eq!(pending[0].assistant_context, queued.assistant_context);
+    assert_eq!(pending[0].subject, queued.subject);
+    assert!(store.pending_jobs(&bob).await.expect("jobs").is_empty());
+
+    let lease = now + Duration::seconds(30);
+    let (claimed_scope, claimed) = store
+        .claim_job(now, lease)
+        .await
+        .expect("claim")
+        .expect("a due job");
+    assert_eq!(claimed.id, queued.id);
+    assert_eq!(
+        claimed_scope, alice,
+        "the job comes back with the scope it was enqueued in"
+    );
+    assert!(
+        store.claim_job(now, lease).await.expect("claim").is_none(),
+        "a leased job is not handed out twice"
+    );
+    assert!(
+        store
+            .claim_job(lease, lease + Duration::seconds(30))
+            .await
+            .expect("claim")
+            .is_some(),
+        "an expired lease frees it"
+    );
+
+    let retry_at = now + Duration::minutes(5);
+    store
+        .release_job(&alice, &queued.id, retry_at, "provider timed out")
+        .await
+        .expect("release");
+    assert!(
+        store.claim_job(now, lease).await.expect("claim").is_none(),
+        "not due before its retry time"
+    );
+    let (_, retried) = store
+        .claim_job(retry_at, retry_at + Duration::seconds(30))
+        .await
+        .expect("claim")
+        .expect("due");
+    assert_eq!(retried.attempts, 1);
+    assert_eq!(retried.last_error.as_deref(), Some("provider timed out"));
+
+    // Completing from another scope touches nothing.
+    let foreign =
+        ChangeSet::new(audit(&bob, "consolidation.run")).with(Change::CompleteJobs(vec![queued.id.clone()]));
+    store.commit(&bob, foreign).await.expect("no-op");
+    assert_eq!(store.pending_jobs(&alice).await.expect("jobs").len(), 1);
+    let done = ChangeSet::new(audit(&alice, "consolidation.run"))
+        .with(Change::CompleteJobs(vec![queued.id.clone()]));
+    store.commit(&alice, done).await.expect("complete");
+    assert!(store.pending_jobs(&alice).await.expect("jobs").is_empty());
+
+    let again = ChangeSet::new(audit(&alice, "episode.ingest")).with(Change::EnqueueJob(job(&alice, now)));
+    store.commit(&alice, again).await.expect("enqueue");
+    let receipt = store
+        .erase_scope(&alice, audit(&alice, "user.erase"))
+        .await
+        .expect("erase");
+    assert_eq!(
+        receipt.jobs, 1,
+        "erasing a scope removes its queued jobs and their context"
+    );
+    assert!(
+        store
+            .claim_job(now + Duration::days(1), now + Duration::days(2))
+            .await
+            .expect("claim")
+            .is_none()
+    );
 }
