@@ -1,7 +1,9 @@
 //! Ingest: storing what the user said as episodes.
 
-use crate::{Cairn, RequestContext, audit_event, now, validate};
-use cairn_core::{Change, ChangeSet, Episode, Error, Page, PageRequest, Result, Scope, new_id};
+use crate::{Cairn, ConsolidateOptions, ConsolidationOutcome, RequestContext, audit_event, now, validate};
+use cairn_core::{
+    Change, ChangeSet, ConsolidationJob, Episode, Error, Page, PageRequest, Result, Scope, new_id,
+};
 use chrono::{DateTime, Utc};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +49,12 @@ pub struct IngestRequest {
 #[derive(Clone, Debug)]
 pub struct ConsolidationReport {
     pub requested: ConsolidateMode,
-    pub ran: bool,
-    pub detail: String,
+    /// The queued job (async, and sync as the fallback when the run fails).
+    pub job_id: Option<String>,
+    /// The synchronous run, when one ran and finished.
+    pub outcome: Option<ConsolidationOutcome>,
+    /// Why a synchronous run did not finish (the job stays queued and retries).
+    pub error: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -83,18 +89,21 @@ impl Cairn {
         let session_id = validate::label("session_id", request.session_id.as_deref())?;
         let ingested_at = now();
         let mut episodes = Vec::new();
+        let mut assistant_context = Vec::new();
         for (index, message) in request.messages.iter().enumerate() {
             let field = format!("messages[{index}].content");
             let content = validate::text(&field, &message.content, limits.max_text_chars)?;
-            if message.role == Role::User {
-                episodes.push(Episode {
+            match message.role {
+                Role::User => episodes.push(Episode {
                     id: new_id("epi"),
                     session_id: session_id.clone(),
                     text: content,
                     occurred_at: message.timestamp.unwrap_or(ingested_at),
                     ingested_at,
                     embedding: None,
-                });
+                }),
+                // Context for extraction only: kept with the job, deleted with it.
+                Role::Assistant => assistant_context.push(content),
             }
         }
         if episodes.is_empty() {
@@ -117,19 +126,52 @@ impl Cairn {
             episode_ids.clone(),
             serde_json::json!({ "count": episode_ids.len() }),
         );
-        self.store
-            .commit(
-                scope,
-                ChangeSet::new(event).with(Change::InsertEpisodes(episodes)),
-            )
-            .await?;
+        let mut change_set = ChangeSet::new(event).with(Change::InsertEpisodes(episodes));
+        // The job is queued in the same transaction as the episodes, so an acknowledged
+        // ingest is consolidated even if the process dies right after answering.
+        let job_id = match request.consolidate {
+            ConsolidateMode::None => None,
+            ConsolidateMode::Async | ConsolidateMode::Sync => {
+                let job = ConsolidationJob {
+                    id: new_id("job"),
+                    subject: scope.subject().to_owned(),
+                    request_id: context.request_id.clone(),
+                    assistant_context,
+                    created_at: ingested_at,
+                    run_after: ingested_at,
+                    attempts: 0,
+                    last_error: None,
+                };
+                let id = job.id.clone();
+                change_set = change_set.with(Change::EnqueueJob(job));
+                Some(id)
+            }
+        };
+        self.store.commit(scope, change_set).await?;
+        let mut report = ConsolidationReport {
+            requested: request.consolidate,
+            job_id,
+            outcome: None,
+            error: None,
+        };
+        match request.consolidate {
+            ConsolidateMode::Async => self.wake_consolidation(),
+            ConsolidateMode::Sync => match self.consolidate(scope, context, ConsolidateOptions::default()).await {
+                Ok(outcome) => report.outcome = Some(outcome),
+                Err(error) => {
+                    tracing::warn!(tenant = %scope.tenant(), error = %error, "synchronous consolidation failed; queued");
+                    report.error = Some(match &error {
+                        Error::Provider(_) | Error::Unavailable(_) => error.to_string(),
+                        _ => error.code().to_owned(),
+                    });
+                    self.wake_consolidation();
+                }
+            },
+            ConsolidateMode::None => {}
+        }
         Ok(IngestOutcome {
             episode_ids,
-            consolidation: ConsolidationReport {
-                requested: request.consolidate,
-                ran: false,
-                detail: "no consolidation pipeline is configured; episodes were stored only".to_owned(),
-            },
+            consolidation: report,
         })
     }
 

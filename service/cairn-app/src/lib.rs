@@ -1,6 +1,7 @@
 //! Cairn's use cases. REST handlers and MCP tools both call these functions; nothing
 //! here knows about HTTP, JSON wire formats or a particular store.
 
+mod consolidation;
 mod episodes;
 mod facts;
 mod playbooks;
@@ -8,6 +9,9 @@ mod profile;
 mod recall;
 mod validate;
 
+pub use consolidation::{
+    ConsolidateOptions, ConsolidationOutcome, ConsolidationSettings, Consolidator, OfflineExtractor, OfflineJudge,
+};
 pub use episodes::{ConsolidateMode, ConsolidationReport, IngestOutcome, IngestRequest, Message, Role};
 pub use facts::{Contradiction, FactInput, FactWriteOutcome};
 pub use playbooks::{PlaybookInput, PlaybookVersionInput};
@@ -55,6 +59,7 @@ pub struct Settings {
     pub priors: Priors,
     /// Whether recall marks returned facts and playbooks as used.
     pub bump_usage_on_recall: bool,
+    pub consolidation: ConsolidationSettings,
 }
 
 impl Default for Settings {
@@ -73,6 +78,7 @@ impl Default for Settings {
             bump_usage_on_recall: true,
             priors: Priors::default(),
             rerank_candidates: 20,
+            consolidation: ConsolidationSettings::default(),
         }
     }
 }
@@ -89,6 +95,7 @@ pub struct Cairn {
     store: Arc<dyn MemoryStore>,
     embedder: Option<Arc<dyn Embedder>>,
     reranker: Option<Arc<dyn Reranker>>,
+    consolidator: Consolidator,
     settings: Settings,
 }
 
@@ -100,8 +107,15 @@ impl Cairn {
             store,
             embedder,
             reranker: None,
+            consolidator: Consolidator::default(),
             settings,
         }
+    }
+
+    /// Replaces the offline extractor and judge (with an LLM provider's).
+    pub fn with_consolidator(mut self, consolidator: Consolidator) -> Self {
+        self.consolidator = consolidator;
+        self
     }
 
     /// Adds a reranking stage after fusion. When it fails, recall keeps the fused order.

@@ -23,6 +23,28 @@ pub struct PlaybookVersionInput {
 }
 
 impl Cairn {
+    /// A validated, embedded first version (not yet stored).
+    pub(crate) async fn new_playbook(&self, name: String, trigger: String, steps: Vec<String>) -> Result<Playbook> {
+        let limit = self.settings.max_text_chars;
+        let at = now();
+        let mut playbook = Playbook {
+            id: new_id("pb"),
+            name: validate::text("name", &name, limit.min(200))?,
+            trigger: validate::text("trigger", &trigger, limit)?,
+            steps: self.validated_steps(&steps)?,
+            version: 1,
+            success_count: 0,
+            failure_count: 0,
+            created_at: at,
+            updated_at: at,
+            last_used_at: None,
+            use_count: 0,
+            embedding: None,
+        };
+        playbook.embedding = self.embed_one(&playbook.searchable_text()).await?;
+        Ok(playbook)
+    }
+
     fn validated_steps(&self, steps: &[String]) -> Result<Vec<String>> {
         if steps.is_empty() || steps.len() > MAX_STEPS {
             return Err(Error::invalid("steps", format!("must hold 1-{MAX_STEPS} steps")));
@@ -42,23 +64,7 @@ impl Cairn {
         context: &RequestContext,
         input: PlaybookInput,
     ) -> Result<Playbook> {
-        let limit = self.settings.max_text_chars;
-        let at = now();
-        let mut playbook = Playbook {
-            id: new_id("pb"),
-            name: validate::text("name", &input.name, limit.min(200))?,
-            trigger: validate::text("trigger", &input.trigger, limit)?,
-            steps: self.validated_steps(&input.steps)?,
-            version: 1,
-            success_count: 0,
-            failure_count: 0,
-            created_at: at,
-            updated_at: at,
-            last_used_at: None,
-            use_count: 0,
-            embedding: None,
-        };
-        playbook.embedding = self.embed_one(&playbook.searchable_text()).await?;
+        let playbook = self.new_playbook(input.name, input.trigger, input.steps).await?;
         let event = audit_event(
             scope,
             context,

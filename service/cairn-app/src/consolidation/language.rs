@@ -1,0 +1,363 @@
+//! Small English helpers shared by the gates and the offline pipeline: first-person
+//! detection, verb agreement, slots (subject + attribute), and distinctive tokens.
+
+use cairn_core::text::tokens;
+use std::collections::HashSet;
+
+/// Whether `phrase` occurs in `lower` on word boundaries.
+pub fn contains_phrase(lower: &str, phrase: &str) -> bool {
+    let mut start = 0;
+    while let Some(found) = lower[start..].find(phrase) {
+        let at = start + found;
+        let end = at + phrase.len();
+        let before = lower[..at].chars().next_back();
+        let after = lower[end..].chars().next();
+        let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric());
+        if boundary(before) && boundary(after) {
+            return true;
+        }
+        start = at + phrase.len().max(1);
+        if start >= lower.len() {
+            break;
+        }
+    }
+    false
+}
+
+/// Whether a clause starting with this (lower-case) word is a new first-person statement.
+pub fn is_first_person_start(word: &str) -> bool {
+    matches!(
+        word.trim_matches(',').replace('’', "'").as_str(),
+        "i" | "i'm" | "i've" | "i'd" | "i'll" | "my" | "we" | "we're" | "we've" | "our"
+    )
+}
+
+const ADVERBS: &[&str] = &[
+    "really", "just", "also", "usually", "always", "never", "still", "now", "recently", "finally", "often",
+    "sometimes", "mostly", "totally", "absolutely", "definitely", "actually", "already", "currently", "rarely",
+    "only", "even", "basically", "seriously", "honestly", "kind", "sort", "somewhat", "mainly", "generally",
+    "no", "not", "barely", "hardly", "typically", "normally", "occasionally", "probably", "certainly",
+];
+
+pub fn is_adverb(word: &str) -> bool {
+    ADVERBS.contains(&word)
+}
+
+const MODALS: &[&str] = &[
+    "can", "could", "will", "would", "should", "might", "must", "may", "shall", "can't", "cannot", "won't",
+    "wouldn't", "shouldn't", "couldn't", "didn't", "did", "had", "was", "were", "is", "has", "does",
+];
+
+const IRREGULAR_PAST: &[&str] = &[
+    "was", "were", "had", "did", "went", "bought", "got", "made", "took", "left", "began", "broke", "saw", "met",
+    "found", "lost", "ran", "wrote", "ate", "gave", "came", "became", "felt", "thought", "told", "said", "knew",
+    "sold", "spent", "paid", "won", "fell", "drove", "flew", "quit", "kept", "built", "caught", "taught",
+    "brought", "heard", "held", "read", "sent", "slept", "stood", "understood", "wore", "grew", "drew", "chose",
+    "forgot", "hurt", "put", "set", "cut", "let", "hit", "swam", "sang", "began", "rode", "woke", "gotten",
+];
+
+pub fn is_past_tense(word: &str) -> bool {
+    IRREGULAR_PAST.contains(&word) || (word.len() > 4 && word.ends_with("ed"))
+}
+
+/// The verb agreeing with a third-person singular subject: "love" → "loves",
+/// "have" → "has", "go" → "goes"; past tenses and modals stay as they are.
+pub fn third_person_verb(word: &str) -> String {
+    let lower = word.to_lowercase();
+    if MODALS.contains(&lower.as_str()) || is_past_tense(&lower) || !lower.chars().all(char::is_alphabetic) {
+        return word.to_owned();
+    }
+    match lower.as_str() {
+        "have" => return "has".to_owned(),
+        "am" | "are" | "be" => return "is".to_owned(),
+        "do" => return "does".to_owned(),
+        "go" => return "goes".to_owned(),
+        _ => {}
+    }
+    if lower.ends_with("ss") || lower.ends_with("sh") || lower.ends_with("ch") || lower.ends_with('x') {
+        return format!("{word}es");
+    }
+    if lower.ends_with('s') {
+        return word.to_owned();
+    }
+    if lower.ends_with('y') && lower.len() > 1 {
+        let before = lower.chars().rev().nth(1).unwrap_or('a');
+        if !"aeiou".contains(before) {
+            return format!("{}ies", &word[..word.len() - 1]);
+        }
+    }
+    if lower.ends_with('o') {
+        return format!("{word}es");
+    }
+    format!("{word}s")
+}
+
+pub fn number(word: &str) -> Option<f64> {
+    let named = [
+        ("a", 1.0),
+        ("an", 1.0),
+        ("one", 1.0),
+        ("two", 2.0),
+        ("three", 3.0),
+        ("four", 4.0),
+        ("five", 5.0),
+        ("six", 6.0),
+        ("seven", 7.0),
+        ("ten", 10.0),
+        ("couple", 2.0),
+        ("few", 3.0),
+    ];
+    word.parse::<f64>()
+        .ok()
+        .or_else(|| named.iter().find(|(name, _)| *name == word).map(|(_, value)| *value))
+}
+
+/// Words that say little about what a fact is about.
+const GENERIC: &[&str] = &[
+    "user", "users", "the", "a", "an", "is", "was", "are", "be", "been", "has", "have", "had", "does", "do", "did",
+    "and", "or", "but", "to", "of", "in", "on", "at", "for", "with", "from", "by", "as", "it", "its", "that",
+    "this", "their", "they", "them", "s", "now", "really", "just", "also", "very", "so", "not", "no", "will",
+    "would", "can", "could", "after", "before", "about", "into", "than", "then", "too", "some", "any", "all",
+    "lot", "lots", "bit", "thing", "things", "new", "currently", "recently", "still", "my", "i", "me", "t",
+];
+
+/// Lower-case tokens that carry content, with a trailing plural or verb `s` removed.
+pub fn content_tokens(text: &str) -> HashSet<String> {
+    tokens(text)
+        .into_iter()
+        .filter(|token| !GENERIC.contains(&token.as_str()))
+        .map(|token| stem(&token))
+        .collect()
+}
+
+/// A light stem: enough that "sneaker" meets "sneakers" and "loves" meets "love".
+pub fn stem(token: &str) -> String {
+    let token = token.to_lowercase();
+    for suffix in ["ies", "es", "s"] {
+        if token.len() > suffix.len() + 2 && token.ends_with(suffix) && !token.ends_with("ss") {
+            let base = &token[..token.len() - suffix.len()];
+            return if suffix == "ies" { format!("{base}y") } else { base.to_owned() };
+        }
+    }
+    token
+}
+
+/// Token-set Jaccard similarity after normalisation.
+pub fn jaccard(left: &str, right: &str) -> f64 {
+    let left: HashSet<String> = tokens(left).into_iter().collect();
+    let right: HashSet<String> = tokens(right).into_iter().collect();
+    if left.is_empty() && right.is_empty() {
+        return 1.0;
+    }
+    left.intersection(&right).count() as f64 / left.union(&right).count() as f64
+}
+
+/// The tokens of `text` that identify something specific: numbers and versions,
+/// capitalised words other than the sentence opener, and long rare-looking words.
+pub fn distinctive_tokens(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut sentence_start = true;
+    for raw in text.split_whitespace() {
+        let word = raw.trim_matches(|c: char| !c.is_alphanumeric());
+        if word.is_empty() {
+            continue;
+        }
+        let lower = word.to_lowercase();
+        let capitalised = word.chars().next().is_some_and(char::is_uppercase) && !sentence_start;
+        let numeric = word.chars().any(|c| c.is_ascii_digit());
+        let long = lower.chars().count() >= 10;
+        let generic = GENERIC.contains(&lower.as_str()) || lower == "user's";
+        if (capitalised || numeric || long) && !generic {
+            for token in tokens(word) {
+                if !GENERIC.contains(&token.as_str()) {
+                    found.push(token);
+                }
+            }
+        }
+        sentence_start = raw.ends_with(['.', '!', '?']);
+    }
+    found
+}
+
+/// What a fact is about, coarsely: an attribute of the user that holds one value at a
+/// time (where they live, their employer, diet) or a product category.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    name: String,
+    exclusive: bool,
+}
+
+impl Slot {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A new value of an exclusive slot replaces the old one.
+    pub fn is_exclusive(&self) -> bool {
+        self.exclusive
+    }
+}
+
+const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
+    ("name", &["name is", "called me", "go by"]),
+    ("age", &["years old", "turned"]),
+    (
+        "residence",
+        &[
+            "live in", "lives in", "living in", "moved to", "moving to", "relocated", "relocating", "based in",
+            "home is", "apartment in", "house in", "moved from", "live near",
+        ],
+    ),
+    (
+        "employment",
+        &[
+            "work at", "works at", "work for", "works for", "working at", "working for", "job at", "job as",
+            "works as", "work as", "employer", "hired", "joined", "new job", "quit", "started at", "position at",
+            "role at", "laid off", "got a job",
+        ],
+    ),
+    (
+        "diet",
+        &[
+            "vegetarian", "vegan", "pescatarian", "keto", "diet", "eat meat", "eats meat", "eating meat",
+            "carnivore", "paleo", "plant-based", "plant based",
+        ],
+    ),
+    (
+        "relationship",
+        &[
+            "married", "engaged", "divorced", "single", "girlfriend", "boyfriend", "dating", "broke up", "partner",
+        ],
+    ),
+];
+
+const CATEGORY_SLOTS: &[(&str, &[&str])] = &[
+    (
+        "footwear",
+        &[
+            "sneaker", "sneakers", "shoes", "trainers", "running shoes", "adidas", "puma", "nike", "reebok",
+            "asics", "hoka", "brooks", "new balance", "saucony", "vans", "converse",
+        ],
+    ),
+    (
+        "phone",
+        &["phone", "iphone", "android", "pixel", "galaxy", "smartphone"],
+    ),
+    (
+        "car",
+        &["car", "drives a", "toyota", "honda", "tesla", "bmw", "ford", "volkswagen", "subaru", "audi"],
+    ),
+    ("computer", &["laptop", "macbook", "computer", "thinkpad", "desktop"]),
+    ("editor", &["editor", "vim", "emacs", "vscode", "vs code", "neovim", "intellij"]),
+    ("coffee", &["coffee", "espresso", "latte", "tea"]),
+    ("gym", &["gym", "workout", "work out", "running", "yoga", "cycling", "swimming"]),
+    ("pet", &["dog", "cat", "puppy", "kitten", "pet"]),
+    ("language", &["learning spanish", "learning french", "learning german", "learning japanese", "learning"]),
+];
+
+/// The slot of a fact's text, if it has one. "favourite X" is its own exclusive slot.
+pub fn slot(text: &str) -> Option<Slot> {
+    let lower = text.to_lowercase();
+    for marker in ["favourite ", "favorite "] {
+        if let Some(position) = lower.find(marker) {
+            let rest = &lower[position + marker.len()..];
+            let noun: String = rest.chars().take_while(|c| c.is_alphanumeric()).collect();
+            if !noun.is_empty() {
+                return Some(Slot {
+                    name: format!("favourite {}", stem(&noun)),
+                    exclusive: true,
+                });
+            }
+        }
+    }
+    for (name, phrases) in EXCLUSIVE_SLOTS {
+        if phrases.iter().any(|phrase| contains_phrase(&lower, phrase)) {
+            return Some(Slot {
+                name: (*name).to_owned(),
+                exclusive: true,
+            });
+        }
+    }
+    for (name, phrases) in CATEGORY_SLOTS {
+        if phrases.iter().any(|phrase| contains_phrase(&lower, phrase)) {
+            return Some(Slot {
+                name: (*name).to_owned(),
+                exclusive: false,
+            });
+        }
+    }
+    None
+}
+
+/// Whether a token only names a slot ("lives", "works") rather than its value.
+pub fn is_slot_word(token: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "live", "liv", "move", "moved", "moving", "work", "working", "job", "favourite", "favorite", "love", "like",
+        "prefer", "based", "home", "eat", "diet", "sneaker", "shoe", "drive", "use", "using", "called", "name",
+        "year", "old", "start", "started", "switch", "switching", "switched", "now", "love", "enjoy", "own",
+    ];
+    WORDS.contains(&token)
+}
+
+/// Whether the text announces that a previous value stopped holding.
+pub fn announces_change(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    [
+        "switching to", "switched to", "switch to", "changed to", "changing to", "moved to", "moving to",
+        "no longer", "not anymore", "anymore", "instead", "stopped", "quit", "gave up", "replaced", "went back to",
+        "now prefers", "now uses", "new job", "started at", "relocated", "broke up", "divorced", "used to",
+        "rescheduled", "postponed", "cancelled", "canceled", "moved",
+    ]
+    .iter()
+    .any(|phrase| contains_phrase(&lower, phrase))
+}
+
+/// Whether two texts share a content token (beyond generic words): the same subject.
+pub fn shares_subject(left: &str, right: &str) -> bool {
+    let left = content_tokens(left);
+    let right = content_tokens(right);
+    left.iter().any(|token| !is_slot_word(token) && right.contains(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbs_agree_with_a_third_person_subject() {
+        assert_eq!(third_person_verb("love"), "loves");
+        assert_eq!(third_person_verb("have"), "has");
+        assert_eq!(third_person_verb("watch"), "watches");
+        assert_eq!(third_person_verb("study"), "studies");
+        assert_eq!(third_person_verb("play"), "plays");
+        assert_eq!(third_person_verb("bought"), "bought");
+        assert_eq!(third_person_verb("moved"), "moved");
+        assert_eq!(third_person_verb("can"), "can");
+    }
+
+    #[test]
+    fn slots_group_one_attribute() {
+        assert_eq!(slot("The user lives in Berlin.").map(|s| s.name), Some("residence".into()));
+        assert_eq!(slot("The user moved to Lisbon.").map(|s| s.name), Some("residence".into()));
+        assert_eq!(slot("The user's favorite color is blue.").map(|s| s.name), Some("favourite color".into()));
+        assert_eq!(slot("The user is switching to Puma.").map(|s| s.name), Some("footwear".into()));
+        assert_eq!(slot("The user loves Adidas sneakers.").map(|s| s.name), Some("footwear".into()));
+        assert!(slot("The user has a sister.").is_none());
+    }
+
+    #[test]
+    fn jaccard_is_one_for_equal_sets_and_falls_with_difference() {
+        assert!((jaccard("The user loves tea", "the user LOVES tea!") - 1.0).abs() < 1e-9);
+        assert!(jaccard("The user loves tea", "The user loves coffee") < 0.85);
+        assert!(jaccard("a b", "c d") < 0.01);
+    }
+
+    #[test]
+    fn distinctive_tokens_are_names_numbers_and_rare_words() {
+        assert_eq!(
+            distinctive_tokens("The user bought the Nimbus 25 shoes."),
+            vec!["nimbus".to_owned(), "25".to_owned()]
+        );
+        assert!(distinctive_tokens("The user likes tea.").is_empty());
+    }
+}

@@ -1,0 +1,849 @@
+//! Consolidation: episodes past the scope's watermark become facts and playbooks
+//! through the gates, in order — grounding, tombstones, dedup (near-identical text
+//! without a model call, otherwise the judge over the five nearest current facts),
+//! then owner-checked apply. A batch's writes, decisions, finished jobs and the
+//! watermark move commit together, so a crash re-runs the batch and never doubles it.
+
+mod language;
+pub mod offline;
+
+use crate::{Cairn, RequestContext, now};
+use cairn_core::text::{fingerprint, tokens};
+use cairn_core::{
+    AuditEvent, CandidateFact, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Edge, EdgeKind, Episode,
+    Error, ExtractionInput, Extractor, Fact, FactStatus, Judge, Result, Scope, SearchFilter, ShownFact, TextQuery,
+    Tier, Tombstone, TombstoneReason, Usage, Verdict, VectorQuery, cosine, new_id,
+};
+use chrono::{DateTime, Duration, Utc};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+pub use offline::{OfflineExtractor, OfflineJudge};
+
+/// Tunables of consolidation.
+#[derive(Clone, Debug)]
+pub struct ConsolidationSettings {
+    /// Episodes extracted together and committed as one batch.
+    pub batch_size: usize,
+    /// Earlier episodes shown as context.
+    pub context_episodes: usize,
+    /// Current facts shown to the judge (always this many when the scope has them).
+    pub judge_shown: usize,
+    /// Token Jaccard at or above which a candidate is a duplicate without a model call.
+    pub duplicate_jaccard: f64,
+    /// Cosine similarity at or above which a candidate about the same subject matches a
+    /// retracted value.
+    pub tombstone_similarity: f32,
+    /// Playbook candidates below this confidence are dropped.
+    pub playbook_min_confidence: f32,
+    /// How long a worker holds a job before another may take it.
+    pub job_lease: Duration,
+    /// First retry delay of a failed job; doubles per attempt up to `retry_max`.
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+}
+
+impl Default for ConsolidationSettings {
+    fn default() -> Self {
+        ConsolidationSettings {
+            batch_size: 20,
+            context_episodes: 5,
+            judge_shown: 5,
+            duplicate_jaccard: 0.85,
+            tombstone_similarity: 0.9,
+            playbook_min_confidence: 0.7,
+            job_lease: Duration::seconds(120),
+            retry_base: Duration::seconds(5),
+            retry_max: Duration::minutes(10),
+        }
+    }
+}
+
+/// The extractor and judge in use, and what keeps runs of one scope apart.
+#[derive(Clone)]
+pub struct Consolidator {
+    extractor: Arc<dyn Extractor>,
+    judge: Arc<dyn Judge>,
+    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl Default for Consolidator {
+    fn default() -> Self {
+        Consolidator::new(Arc::new(OfflineExtractor), Arc::new(OfflineJudge))
+    }
+}
+
+impl Consolidator {
+    pub fn new(extractor: Arc<dyn Extractor>, judge: Arc<dyn Judge>) -> Self {
+        Consolidator {
+            extractor,
+            judge,
+            locks: Arc::default(),
+            wake: Arc::default(),
+        }
+    }
+
+    fn lock_for(&self, scope: &Scope) -> Result<Arc<tokio::sync::Mutex<()>>> {
+        let key = format!("{}\u{1f}{}", scope.tenant(), scope.user());
+        let mut locks = self
+            .locks
+            .lock()
+            .map_err(|_| Error::Storage("consolidation lock table poisoned".into()))?;
+        // Forget locks nobody holds, so the table stays as small as the active scopes.
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        Ok(Arc::clone(locks.entry(key).or_default()))
+    }
+}
+
+/// How a consolidation run was asked for.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConsolidateOptions {
+    /// Return the decisions and write nothing.
+    pub dry_run: bool,
+    /// Re-read every episode of the scope, not only those past the watermark.
+    pub from_start: bool,
+}
+
+/// What one run did (or, dry, would do).
+#[derive(Clone, Debug)]
+pub struct ConsolidationOutcome {
+    pub run_id: String,
+    pub dry_run: bool,
+    pub episodes_read: usize,
+    pub watermark: u64,
+    pub decisions: Vec<Decision>,
+    pub facts_created: Vec<Fact>,
+    pub playbooks_created: usize,
+    pub usage: Usage,
+    pub extractor: String,
+    pub judge: String,
+}
+
+/// A current fact in the run's view: from the store, or created earlier in this run.
+struct WorkingSet {
+    facts: HashMap<String, Fact>,
+    retired: HashSet<String>,
+}
+
+impl WorkingSet {
+    fn current(&self) -> impl Iterator<Item = &Fact> {
+        self.facts.values().filter(|fact| !self.retired.contains(&fact.id))
+    }
+}
+
+/// A retracted value the tombstone gate compares candidates with.
+struct Retracted {
+    tombstone: Tombstone,
+    fact: Option<Fact>,
+}
+
+impl Cairn {
+    /// Wakes the background worker (after an ingest queued a job).
+    pub fn wake_consolidation(&self) {
+        self.consolidator.wake.notify_one();
+    }
+
+    /// Resolves when an ingest wakes the worker.
+    pub async fn consolidation_woken(&self) {
+        self.consolidator.wake.notified().await;
+    }
+
+    /// Takes the oldest due job of any scope and runs it. On failure the job is given
+    /// back with a growing delay; its episodes stay stored and nothing is half-written.
+    pub async fn run_due_job(&self) -> Result<Option<ConsolidationOutcome>> {
+        let settings = &self.settings.consolidation;
+        let started = now();
+        let Some((scope, job)) = self.store.claim_job(started, started + settings.job_lease).await? else {
+            return Ok(None);
+        };
+        let context = RequestContext {
+            request_id: job.request_id.clone(),
+        };
+        match self.consolidate(&scope, &context, ConsolidateOptions::default()).await {
+            Ok(outcome) => Ok(Some(outcome)),
+            Err(error) => {
+                let exponent = job.attempts.min(16);
+                let delay = settings
+                    .retry_base
+                    .checked_mul(1_i32 << exponent.min(30))
+                    .unwrap_or(settings.retry_max)
+                    .min(settings.retry_max);
+                tracing::warn!(
+                    tenant = %scope.tenant(),
+                    job = %job.id,
+                    attempts = job.attempts + 1,
+                    retry_in_s = delay.num_seconds(),
+                    error = %error,
+                    "consolidation failed; the job will run again"
+                );
+                self.store
+                    .release_job(&scope, &job.id, now() + delay, &error.to_string())
+                    .await?;
+                Err(error)
+            }
+        }
+    }
+
+    /// Runs consolidation of the scope now. Runs of one scope never interleave: a
+    /// second waits for the first, then finds the episodes already consumed.
+    pub async fn consolidate(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        options: ConsolidateOptions,
+    ) -> Result<ConsolidationOutcome> {
+        let lock = self.consolidator.lock_for(scope)?;
+        let _guard = lock.lock().await;
+        let settings = self.settings.consolidation.clone();
+        let run_id = new_id("run");
+        let mut watermark = self.store.watermark(scope).await?;
+        let mut cursor = if options.from_start { 0 } else { watermark };
+        let jobs = self.store.pending_jobs(scope).await?;
+        let assistant_context = assistant_context(&jobs);
+        let job_ids: Vec<String> = jobs.iter().map(|job| job.id.clone()).collect();
+        let mut outcome = ConsolidationOutcome {
+            run_id: run_id.clone(),
+            dry_run: options.dry_run,
+            episodes_read: 0,
+            watermark,
+            decisions: Vec::new(),
+            facts_created: Vec::new(),
+            playbooks_created: 0,
+            usage: Usage::default(),
+            extractor: self.consolidator.extractor.name().to_owned(),
+            judge: self.consolidator.judge.name().to_owned(),
+        };
+        let mut working = WorkingSet {
+            facts: HashMap::new(),
+            retired: HashSet::new(),
+        };
+        let retracted = self.retracted_values(scope).await?;
+        loop {
+            let batch = self.store.episodes_after(scope, cursor, settings.batch_size).await?;
+            let Some(last) = batch.last().map(|logged| logged.position) else { break };
+            let episodes: Vec<Episode> = batch.into_iter().map(|logged| logged.episode).collect();
+            let earlier = self
+                .store
+                .episodes_up_to(scope, cursor, settings.context_episodes)
+                .await?
+                .into_iter()
+                .map(|logged| logged.episode)
+                .collect::<Vec<_>>();
+            outcome.episodes_read += episodes.len();
+            let mut plan = Plan::new(scope, context, &run_id);
+            self.plan_batch(
+                scope,
+                &mut plan,
+                &mut working,
+                &retracted,
+                BatchInput {
+                    episodes,
+                    earlier,
+                    assistant_context: assistant_context.clone(),
+                },
+            )
+            .await?;
+            outcome.usage.add(plan.usage);
+            let next_watermark = watermark.max(last);
+            let last_batch = self
+                .store
+                .episodes_after(scope, last, 1)
+                .await?
+                .is_empty();
+            let more = !last_batch;
+            if !more {
+                plan.changes.push(Change::CompleteJobs(job_ids.clone()));
+            }
+            plan.changes.push(Change::MoveWatermark {
+                expected: watermark,
+                to: next_watermark,
+            });
+            outcome.decisions.extend(plan.decisions.iter().cloned());
+            outcome.facts_created.extend(plan.created.iter().cloned());
+            outcome.playbooks_created += plan.playbooks;
+            if !options.dry_run {
+                self.store.commit(scope, plan.into_change_set(scope, context)).await?;
+            }
+            watermark = next_watermark;
+            cursor = last;
+            if !more {
+                break;
+            }
+        }
+        if outcome.episodes_read == 0 && !job_ids.is_empty() && !options.dry_run {
+            // Nothing new (another run consumed the episodes): the jobs are done.
+            let event = run_audit(scope, context, "consolidation.run", Vec::new(), &run_id, 0);
+            self.store
+                .commit(scope, ChangeSet::new(event).with(Change::CompleteJobs(job_ids)))
+                .await?;
+        }
+        outcome.watermark = watermark;
+        tracing::info!(
+            tenant = %scope.tenant(),
+            run = %run_id,
+            episodes = outcome.episodes_read,
+            decisions = outcome.decisions.len(),
+            dry_run = options.dry_run,
+            "consolidation run finished"
+        );
+        Ok(outcome)
+    }
+
+    async fn retracted_values(&self, scope: &Scope) -> Result<Vec<Retracted>> {
+        let mut values = Vec::new();
+        for tombstone in self.store.list_tombstones(scope).await? {
+            let fact = match tombstone.reason {
+                // A retracted fact is kept (status retracted) and can be compared by meaning.
+                TombstoneReason::Retracted => self.store.get_fact(scope, &tombstone.fact_id).await?,
+                // A forgotten fact is erased: only its fingerprint remains.
+                TombstoneReason::Forgotten => None,
+            };
+            values.push(Retracted { tombstone, fact });
+        }
+        Ok(values)
+    }
+
+    /// Extracts from one batch and runs every candidate through the gates, collecting
+    /// the changes and decisions in `plan`.
+    async fn plan_batch(
+        &self,
+        scope: &Scope,
+        plan: &mut Plan,
+        working: &mut WorkingSet,
+        retracted: &[Retracted],
+        batch: BatchInput,
+    ) -> Result<()> {
+        let settings = &self.settings.consolidation;
+        let known = self.relevant_facts(scope, &batch.episodes).await?;
+        for fact in &known {
+            working.facts.entry(fact.id.clone()).or_insert_with(|| fact.clone());
+        }
+        let input = ExtractionInput {
+            episodes: batch.episodes.clone(),
+            earlier: batch.earlier.clone(),
+            assistant_context: batch.assistant_context.clone(),
+            known_facts: known,
+        };
+        let extraction = self.consolidator.extractor.extract(&input).await?;
+        plan.usage.add(extraction.usage);
+        for rejected in &extraction.rejected {
+            plan.decide(DecisionKind::Refused, format!("extraction item rejected: {rejected}"), None, Vec::new());
+        }
+        let episodes_by_id: HashMap<&str, &Episode> =
+            batch.episodes.iter().map(|episode| (episode.id.as_str(), episode)).collect();
+        let user_words: HashSet<String> = batch
+            .episodes
+            .iter()
+            .chain(batch.earlier.iter())
+            .flat_map(|episode| tokens(&episode.text))
+            .map(|token| language::stem(&token))
+            .collect();
+        let assistant_words: HashSet<String> = batch
+            .assistant_context
+            .iter()
+            .flat_map(|text| tokens(text))
+            .map(|token| language::stem(&token))
+            .collect();
+
+        let mut candidates = Vec::new();
+        for candidate in extraction.facts {
+            match self.check_candidate(&candidate, &episodes_by_id) {
+                Ok(()) => candidates.push(candidate),
+                Err(reason) => plan.decide(DecisionKind::Refused, reason, None, candidate.source_episode_ids.clone()),
+            }
+        }
+        let vectors = self
+            .embed_all(candidates.iter().map(|candidate| candidate.text.clone()).collect())
+            .await?;
+
+        for (candidate, vector) in candidates.into_iter().zip(vectors) {
+            // Gate 1: grounding.
+            let ungrounded: Vec<String> = language::distinctive_tokens(&candidate.text)
+                .into_iter()
+                .filter(|token| {
+                    let stem = language::stem(token);
+                    !user_words.contains(&stem) && assistant_words.contains(&stem)
+                })
+                .collect();
+            if !ungrounded.is_empty() {
+                plan.decide(
+                    DecisionKind::DroppedUngrounded,
+                    format!(
+                        "\"{}\" carries {} that only the assistant said",
+                        candidate.text,
+                        ungrounded.join(", ")
+                    ),
+                    None,
+                    candidate.source_episode_ids.clone(),
+                );
+                continue;
+            }
+
+            // Gate 2: tombstones.
+            let newest_source = candidate
+                .source_episode_ids
+                .iter()
+                .filter_map(|id| episodes_by_id.get(id.as_str()))
+                .map(|episode| episode.ingested_at)
+                .max();
+            let value_fingerprint = fingerprint(&candidate.text);
+            let matched = retracted.iter().find(|value| {
+                value.tombstone.lifted_at.is_none()
+                    && !plan.lifted.contains(&value.tombstone.id)
+                    && (value.tombstone.fingerprint == value_fingerprint
+                        || value.fact.as_ref().is_some_and(|fact| {
+                            let close = match (&vector, &fact.embedding) {
+                                (Some(candidate), Some(old)) => cosine(candidate, old) >= settings.tombstone_similarity,
+                                _ => false,
+                            };
+                            close
+                                && (language::slot(&fact.text) == language::slot(&candidate.text)
+                                    || language::shares_subject(&fact.text, &candidate.text))
+                        }))
+            });
+            if let Some(value) = matched {
+                let restated = newest_source.is_some_and(|at| at > value.tombstone.created_at);
+                if !restated {
+                    plan.decide(
+                        DecisionKind::BlockedByTombstone,
+                        format!(
+                            "\"{}\" matches tombstone {} ({}) and no newer user episode states it",
+                            candidate.text,
+                            value.tombstone.id,
+                            value.tombstone.reason.as_str()
+                        ),
+                        None,
+                        vec![value.tombstone.id.clone()],
+                    );
+                    continue;
+                }
+                plan.lifted.insert(value.tombstone.id.clone());
+                plan.changes.push(Change::LiftTombstone {
+                    tombstone_id: value.tombstone.id.clone(),
+                    at: now(),
+                });
+                plan.decide(
+                    DecisionKind::TombstoneLifted,
+                    "a user episode newer than the tombstone states the value again",
+                    None,
+                    vec![value.tombstone.id.clone()],
+                );
+            }
+
+            // Gate 3: dedup, first without a model.
+            self.add_neighbours(scope, working, &candidate.text, vector.as_deref()).await?;
+            if let Some(existing) = working
+                .current()
+                .find(|fact| language::jaccard(&fact.text, &candidate.text) >= settings.duplicate_jaccard)
+            {
+                plan.decide(
+                    DecisionKind::Duplicate,
+                    format!("near-identical to current fact {}", existing.id),
+                    Some(existing.id.clone()),
+                    vec![existing.id.clone()],
+                );
+                continue;
+            }
+            if let Some(previous) = self.derived_before(scope, &candidate).await? {
+                plan.decide(
+                    DecisionKind::Duplicate,
+                    format!(
+                        "already derived from the same episode as fact {} ({})",
+                        previous.id,
+                        previous.status.as_str()
+                    ),
+                    Some(previous.id.clone()),
+                    vec![previous.id.clone()],
+                );
+                continue;
+            }
+            let shown = shown_facts(working, &candidate.text, vector.as_deref(), settings.judge_shown);
+            let (verdict, reason) = if shown.is_empty() {
+                (Verdict::New, "the scope holds no current fact to compare with".to_owned())
+            } else {
+                let judgement = self.consolidator.judge.judge(&candidate, &shown).await?;
+                plan.usage.add(judgement.usage);
+                (judgement.verdict, judgement.reason)
+            };
+
+            // Gate 4: apply. A target must be one of the facts shown; anything else is NEW.
+            let resolve = |alias: &str| shown.iter().find(|shown| shown.alias == alias).map(|shown| shown.fact.clone());
+            let fact = new_fact(&candidate, &episodes_by_id, vector.clone());
+            let (verdict, reason) = match verdict {
+                Verdict::Updates(alias) | Verdict::Extends(alias) | Verdict::Duplicate(alias)
+                    if resolve(&alias).is_none() =>
+                {
+                    (Verdict::New, format!("the judge named {alias}, which it was not shown; kept as new"))
+                }
+                other => (other, reason),
+            };
+            match verdict {
+                Verdict::New => {
+                    plan.decide(DecisionKind::New, reason, Some(fact.id.clone()), Vec::new());
+                    plan.insert(working, fact);
+                }
+                Verdict::Duplicate(alias) => {
+                    let Some(existing) = resolve(&alias) else { continue };
+                    plan.decide(DecisionKind::Duplicate, reason, Some(existing.id.clone()), vec![existing.id]);
+                }
+                Verdict::Extends(alias) => {
+                    let Some(existing) = resolve(&alias) else { continue };
+                    plan.changes.push(Change::InsertFact(fact.clone()));
+                    plan.changes.push(Change::InsertEdge(Edge {
+                        from_fact_id: fact.id.clone(),
+                        to_fact_id: existing.id.clone(),
+                        kind: EdgeKind::Extends,
+                        created_at: fact.created_at,
+                    }));
+                    plan.decide(DecisionKind::Extends, reason, Some(fact.id.clone()), vec![existing.id]);
+                    plan.track(working, fact);
+                }
+                Verdict::Updates(alias) => {
+                    let Some(existing) = resolve(&alias) else { continue };
+                    // The store re-checks inside the commit that the old fact is in this
+                    // scope and still active; a concurrent change fails the whole batch.
+                    plan.changes.push(Change::InsertFact(fact.clone()));
+                    plan.changes.push(Change::SupersedeFact {
+                        fact_id: existing.id.clone(),
+                        superseded_by: fact.id.clone(),
+                        at: fact.created_at,
+                    });
+                    plan.changes.push(Change::InsertEdge(Edge {
+                        from_fact_id: fact.id.clone(),
+                        to_fact_id: existing.id.clone(),
+                        kind: EdgeKind::Updates,
+                        created_at: fact.created_at,
+                    }));
+                    plan.decide(DecisionKind::Updates, reason, Some(fact.id.clone()), vec![existing.id.clone()]);
+                    plan.superseded.push(existing.id.clone());
+                    working.retired.insert(existing.id);
+                    plan.track(working, fact);
+                }
+            }
+        }
+
+        for candidate in extraction.playbooks {
+            if candidate.confidence < settings.playbook_min_confidence {
+                plan.decide(
+                    DecisionKind::Refused,
+                    format!(
+                        "playbook \"{}\" below the confidence threshold ({:.2} < {:.2})",
+                        candidate.name, candidate.confidence, settings.playbook_min_confidence
+                    ),
+                    None,
+                    candidate.source_episode_ids.clone(),
+                );
+                continue;
+            }
+            if candidate.steps.is_empty() || candidate.name.trim().is_empty() || candidate.trigger.trim().is_empty() {
+                plan.decide(DecisionKind::Refused, "playbook without name, trigger or steps", None, Vec::new());
+                continue;
+            }
+            let playbook = self.new_playbook(candidate.name, candidate.trigger, candidate.steps).await?;
+            plan.decide(
+                DecisionKind::New,
+                format!("playbook \"{}\" with {} steps", playbook.name, playbook.steps.len()),
+                None,
+                vec![playbook.id.clone()],
+            );
+            plan.playbooks += 1;
+            plan.changes.push(Change::InsertPlaybook(playbook));
+        }
+        Ok(())
+    }
+
+    /// Per-item validation of what an extractor returned.
+    fn check_candidate(
+        &self,
+        candidate: &CandidateFact,
+        episodes: &HashMap<&str, &Episode>,
+    ) -> std::result::Result<(), String> {
+        let text = candidate.text.trim();
+        if text.is_empty() {
+            return Err("candidate with empty text".to_owned());
+        }
+        if text.chars().count() > self.settings.max_text_chars {
+            return Err("candidate text over the length limit".to_owned());
+        }
+        if !(0.0..=1.0).contains(&candidate.confidence) {
+            return Err(format!("\"{text}\": confidence outside 0..1"));
+        }
+        if candidate.source_episode_ids.is_empty()
+            || candidate
+                .source_episode_ids
+                .iter()
+                .any(|id| !episodes.contains_key(id.as_str()))
+        {
+            return Err(format!("\"{text}\": source episodes are not episodes of this batch"));
+        }
+        if candidate
+            .expires_in_hours
+            .is_some_and(|hours| !(hours > 0.0 && hours <= 24.0 * 366.0 * 10.0))
+        {
+            return Err(format!("\"{text}\": expires_in_hours out of range"));
+        }
+        if let (Some(from), Some(to)) = (candidate.valid_from, candidate.valid_to)
+            && from >= to
+        {
+            return Err(format!("\"{text}\": valid_to is not after valid_from"));
+        }
+        Ok(())
+    }
+
+    /// Current facts of the scope close to the batch's episodes (for the extractor).
+    async fn relevant_facts(&self, scope: &Scope, episodes: &[Episode]) -> Result<Vec<Fact>> {
+        let mut found: HashMap<String, Fact> = HashMap::new();
+        for episode in episodes {
+            let filter = current_filter(5);
+            if let Some(vector) = &episode.embedding {
+                let query = VectorQuery {
+                    filter: filter.clone(),
+                    vector: vector.clone(),
+                };
+                collect_facts(&mut found, self.store.search_vector(scope, &query).await?);
+            }
+            let query = TextQuery {
+                filter,
+                text: episode.text.clone(),
+            };
+            collect_facts(&mut found, self.store.search_text(scope, &query).await?);
+        }
+        let mut facts: Vec<Fact> = found.into_values().collect();
+        facts.sort_by_key(|fact| std::cmp::Reverse(fact.created_at));
+        facts.truncate(20);
+        Ok(facts)
+    }
+
+    /// Adds the store's nearest current facts of a candidate to the run's view.
+    async fn add_neighbours(
+        &self,
+        scope: &Scope,
+        working: &mut WorkingSet,
+        text: &str,
+        vector: Option<&[f32]>,
+    ) -> Result<()> {
+        let limit = self.settings.consolidation.judge_shown;
+        let mut found = HashMap::new();
+        if let Some(vector) = vector {
+            let query = VectorQuery {
+                filter: current_filter(limit),
+                vector: vector.to_vec(),
+            };
+            collect_facts(&mut found, self.store.search_vector(scope, &query).await?);
+        }
+        let query = TextQuery {
+            filter: current_filter(limit),
+            text: text.to_owned(),
+        };
+        collect_facts(&mut found, self.store.search_text(scope, &query).await?);
+        for (id, fact) in found {
+            working.facts.entry(id).or_insert(fact);
+        }
+        Ok(())
+    }
+
+    /// A fact of any status already derived from one of the candidate's episodes with
+    /// near-identical text: re-reading old episodes must not bring back what was retired.
+    async fn derived_before(&self, scope: &Scope, candidate: &CandidateFact) -> Result<Option<Fact>> {
+        let mut filter = current_filter(10);
+        filter.include_history = true;
+        let query = TextQuery {
+            filter,
+            text: candidate.text.clone(),
+        };
+        let threshold = self.settings.consolidation.duplicate_jaccard;
+        Ok(self
+            .store
+            .search_text(scope, &query)
+            .await?
+            .into_iter()
+            .filter_map(|hit| match hit.memory {
+                cairn_core::Memory::Fact(fact) => Some(fact),
+                _ => None,
+            })
+            .find(|fact| {
+                fact.source_episode_ids
+                    .iter()
+                    .any(|id| candidate.source_episode_ids.contains(id))
+                    && language::jaccard(&fact.text, &candidate.text) >= threshold
+            }))
+    }
+}
+
+struct BatchInput {
+    episodes: Vec<Episode>,
+    earlier: Vec<Episode>,
+    assistant_context: Vec<String>,
+}
+
+/// The changes and decisions of one batch, committed together.
+struct Plan {
+    scope_subject: String,
+    run_id: String,
+    request_id: String,
+    changes: Vec<Change>,
+    decisions: Vec<Decision>,
+    created: Vec<Fact>,
+    superseded: Vec<String>,
+    lifted: HashSet<String>,
+    playbooks: usize,
+    usage: Usage,
+}
+
+impl Plan {
+    fn new(scope: &Scope, context: &RequestContext, run_id: &str) -> Self {
+        Plan {
+            scope_subject: scope.subject().to_owned(),
+            run_id: run_id.to_owned(),
+            request_id: context.request_id.clone(),
+            changes: Vec::new(),
+            decisions: Vec::new(),
+            created: Vec::new(),
+            superseded: Vec::new(),
+            lifted: HashSet::new(),
+            playbooks: 0,
+            usage: Usage::default(),
+        }
+    }
+
+    fn decide(&mut self, kind: DecisionKind, reason: impl Into<String>, fact_id: Option<String>, targets: Vec<String>) {
+        self.decisions.push(Decision {
+            id: new_id("dec"),
+            kind,
+            reason: reason.into(),
+            fact_id,
+            target_ids: targets,
+            origin: self.run_id.clone(),
+            created_at: now(),
+        });
+    }
+
+    fn insert(&mut self, working: &mut WorkingSet, fact: Fact) {
+        self.changes.push(Change::InsertFact(fact.clone()));
+        self.track(working, fact);
+    }
+
+    fn track(&mut self, working: &mut WorkingSet, fact: Fact) {
+        working.facts.insert(fact.id.clone(), fact.clone());
+        self.created.push(fact);
+    }
+
+    fn into_change_set(self, scope: &Scope, context: &RequestContext) -> ChangeSet {
+        debug_assert_eq!(self.scope_subject, scope.subject());
+        debug_assert_eq!(self.request_id, context.request_id);
+        let mut targets: Vec<String> = self.created.iter().map(|fact| fact.id.clone()).collect();
+        targets.extend(self.superseded.iter().cloned());
+        let event = run_audit(scope, context, "consolidation.run", targets, &self.run_id, self.decisions.len());
+        let mut change_set = ChangeSet::new(event);
+        change_set.changes = self.changes;
+        change_set.decisions = self.decisions;
+        change_set
+    }
+}
+
+fn run_audit(
+    scope: &Scope,
+    context: &RequestContext,
+    action: &str,
+    targets: Vec<String>,
+    run_id: &str,
+    decisions: usize,
+) -> AuditEvent {
+    crate::audit_event(
+        scope,
+        context,
+        action,
+        targets,
+        serde_json::json!({ "run_id": run_id, "decisions": decisions }),
+    )
+}
+
+/// Assistant text of the pending jobs, each distinct text once.
+fn assistant_context(jobs: &[ConsolidationJob]) -> Vec<String> {
+    let mut seen = HashSet::new();
+    jobs.iter()
+        .flat_map(|job| job.assistant_context.iter())
+        .filter(|text| seen.insert(text.as_str()))
+        .cloned()
+        .collect()
+}
+
+fn current_filter(limit: usize) -> SearchFilter {
+    SearchFilter {
+        tier: Tier::Semantic,
+        as_of: now(),
+        include_history: false,
+        fact_types: Vec::new(),
+        session_id: None,
+        limit,
+    }
+}
+
+fn collect_facts(found: &mut HashMap<String, Fact>, hits: Vec<cairn_core::TextHit>) {
+    for hit in hits {
+        if let cairn_core::Memory::Fact(fact) = hit.memory
+            && fact.status == FactStatus::Active
+        {
+            found.entry(fact.id.clone()).or_insert(fact);
+        }
+    }
+}
+
+/// The `limit` current facts nearest the candidate, under aliases m1, m2, ...
+fn shown_facts(working: &WorkingSet, text: &str, vector: Option<&[f32]>, limit: usize) -> Vec<ShownFact> {
+    let mut scored: Vec<(f32, &Fact)> = working
+        .current()
+        .map(|fact| {
+            let similarity = match (vector, &fact.embedding) {
+                (Some(candidate), Some(existing)) => cosine(candidate, existing),
+                _ => language::jaccard(text, &fact.text) as f32,
+            };
+            (similarity, fact)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
+    scored
+        .into_iter()
+        .take(limit)
+        .enumerate()
+        .map(|(index, (similarity, fact))| ShownFact {
+            alias: format!("m{}", index + 1),
+            fact: fact.clone(),
+            similarity: Some(similarity),
+        })
+        .collect()
+}
+
+fn new_fact(candidate: &CandidateFact, episodes: &HashMap<&str, &Episode>, embedding: Option<Vec<f32>>) -> Fact {
+    let said_at: Option<DateTime<Utc>> = candidate
+        .source_episode_ids
+        .iter()
+        .filter_map(|id| episodes.get(id.as_str()))
+        .map(|episode| episode.occurred_at)
+        .max();
+    let created_at = now();
+    let expires_at = candidate.expires_in_hours.map(|hours| {
+        said_at.unwrap_or(created_at) + Duration::milliseconds((hours * 3_600_000.0).round() as i64)
+    });
+    Fact {
+        id: new_id("fact"),
+        fact_type: candidate.fact_type,
+        text: candidate.text.trim().to_owned(),
+        confidence: candidate.confidence,
+        status: FactStatus::Active,
+        source_episode_ids: candidate.source_episode_ids.clone(),
+        source_span: candidate.span.clone(),
+        created_at,
+        superseded_at: None,
+        superseded_by: None,
+        retracted_at: None,
+        retraction_reason: None,
+        valid_from: candidate.valid_from,
+        valid_to: candidate.valid_to,
+        expires_at,
+        last_used_at: None,
+        use_count: 0,
+        embedding,
+    }
+}

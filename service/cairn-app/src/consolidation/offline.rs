@@ -1,0 +1,482 @@
+//! The offline pipeline: a deterministic extractor that rewrites first-person user
+//! statements as third-person facts, and a deterministic judge that relates a candidate
+//! to the facts it is shown by slot (same subject and attribute) and similarity.
+//!
+//! Neither needs a model download or a network; both are the default when no LLM
+//! provider is configured, so the default install consolidates end to end.
+
+use super::language;
+use cairn_core::{
+    CandidateFact, CandidatePlaybook, Extraction, ExtractionInput, Extractor, FactType, Judge, Judgement, Result,
+    ShownFact, Usage, Verdict,
+};
+use chrono::{DateTime, Datelike, Duration, Utc, Weekday};
+
+/// Rules over the user's own sentences; the assistant context is never read.
+#[derive(Clone, Debug, Default)]
+pub struct OfflineExtractor;
+
+#[async_trait::async_trait]
+impl Extractor for OfflineExtractor {
+    fn name(&self) -> &str {
+        "offline"
+    }
+
+    async fn extract(&self, input: &ExtractionInput) -> Result<Extraction> {
+        let mut extraction = Extraction::default();
+        for episode in &input.episodes {
+            for clause in clauses(&episode.text) {
+                if let Some(playbook) = playbook(&clause) {
+                    extraction.playbooks.push(CandidatePlaybook {
+                        source_episode_ids: vec![episode.id.clone()],
+                        ..playbook
+                    });
+                    continue;
+                }
+                let Some(text) = third_person(&clause) else { continue };
+                let lower = clause.to_lowercase();
+                let expires_in_hours = expiry_hours(&lower, episode.occurred_at);
+                let fact_type = classify(&lower, expires_in_hours.is_some());
+                let hedged = ["maybe", "might", "probably", "i think", "not sure", "perhaps"]
+                    .iter()
+                    .any(|word| language::contains_phrase(&lower, word));
+                extraction.facts.push(CandidateFact {
+                    text,
+                    fact_type,
+                    confidence: if hedged { 0.6 } else { 0.9 },
+                    expires_in_hours,
+                    valid_from: None,
+                    valid_to: None,
+                    source_episode_ids: vec![episode.id.clone()],
+                    span: Some(clause.clone()),
+                });
+            }
+        }
+        Ok(extraction)
+    }
+}
+
+/// Splits a message into statements: sentences, then clauses joined by a conjunction
+/// that starts a new first-person statement ("... and I ...", "..., but my ...").
+pub fn clauses(text: &str) -> Vec<String> {
+    let mut result = Vec::new();
+    for sentence in text.split(['.', '!', ';', '\n']) {
+        let sentence = sentence.trim();
+        if sentence.is_empty() || sentence.ends_with('?') {
+            continue;
+        }
+        // Questions inside a longer message end at their question mark.
+        let sentence = match sentence.rfind('?') {
+            Some(index) => sentence[index + 1..].trim(),
+            None => sentence,
+        };
+        let words: Vec<&str> = sentence.split_whitespace().collect();
+        let mut current: Vec<&str> = Vec::new();
+        for (index, word) in words.iter().enumerate() {
+            let bare = word.trim_matches(',').to_lowercase();
+            let next = words.get(index + 1).map(|next| next.to_lowercase());
+            let starts_statement = next.as_deref().is_some_and(language::is_first_person_start);
+            let conjunction = matches!(bare.as_str(), "and" | "but" | "so" | "although" | "though" | "while");
+            if conjunction && starts_statement && !current.is_empty() {
+                result.push(current.join(" ").trim_end_matches(',').to_owned());
+                current.clear();
+                continue;
+            }
+            current.push(word);
+        }
+        if !current.is_empty() {
+            result.push(current.join(" ").trim_end_matches(',').to_owned());
+        }
+    }
+    result.retain(|clause| !clause.is_empty());
+    result
+}
+
+/// The clause rewritten about the user in the third person, or `None` when it says
+/// nothing about the user (small talk, thanks, a question, a request to the assistant).
+pub fn third_person(clause: &str) -> Option<String> {
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let lower: Vec<String> = words
+        .iter()
+        .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'' && c != '’').to_lowercase())
+        .collect();
+    // A statement about the user has the user as a subject or owner ("I", "my",
+    // "we"), not only as an object ("sounds good to me").
+    if !lower.iter().any(|word| language::is_first_person_start(word)) {
+        return None;
+    }
+    // Requests and politeness addressed to the assistant are not statements about the user.
+    let opening = lower.first().map(String::as_str).unwrap_or_default();
+    if matches!(opening, "please" | "can" | "could" | "would" | "thanks" | "thank" | "ok" | "okay")
+        && !lower.iter().skip(1).any(|word| matches!(word.as_str(), "i" | "i'm" | "my"))
+    {
+        return None;
+    }
+    if lower.len() < 3 {
+        return None;
+    }
+    let mut out: Vec<String> = Vec::new();
+    let mut conjugate_next = false;
+    let mut index = 0;
+    while index < words.len() {
+        let word = words[index];
+        let bare = lower[index].replace('’', "'");
+        let trailing: String = word
+            .chars()
+            .rev()
+            .take_while(|c| matches!(c, ',' | ':' | ')' | '"'))
+            .collect();
+        let next = lower.get(index + 1).map(String::as_str);
+        let replacement: Option<Vec<&str>> = match bare.as_str() {
+            "i'm" | "im" => Some(vec!["the user is"]),
+            "i've" => Some(vec!["the user has"]),
+            "i'd" => Some(vec!["the user would"]),
+            "i'll" => Some(vec!["the user will"]),
+            "i" | "we" => {
+                match next {
+                    Some("am") | Some("are") => {
+                        index += 1;
+                        Some(vec!["the user is"])
+                    }
+                    Some("was") | Some("were") => {
+                        index += 1;
+                        Some(vec!["the user was"])
+                    }
+                    Some("have") => {
+                        index += 1;
+                        Some(vec!["the user has"])
+                    }
+                    Some("do") => {
+                        index += 1;
+                        Some(vec!["the user does"])
+                    }
+                    Some("don't") | Some("dont") | Some("don’t") => {
+                        index += 1;
+                        Some(vec!["the user doesn't"])
+                    }
+                    _ => {
+                        conjugate_next = true;
+                        Some(vec!["the user"])
+                    }
+                }
+            }
+            "we're" => Some(vec!["the user is"]),
+            "we've" => Some(vec!["the user has"]),
+            "my" | "our" => Some(vec!["the user's"]),
+            "mine" | "ours" => Some(vec!["the user's"]),
+            "me" | "us" => Some(vec!["the user"]),
+            "myself" => Some(vec!["themselves"]),
+            _ => None,
+        };
+        match replacement {
+            Some(parts) => {
+                out.push(format!("{}{}", parts.join(" "), trailing.chars().rev().collect::<String>()));
+            }
+            None if conjugate_next => {
+                if language::is_adverb(&bare) {
+                    out.push(word.to_owned());
+                } else {
+                    conjugate_next = false;
+                    let stripped = word.trim_end_matches([',', ':']);
+                    out.push(format!(
+                        "{}{}",
+                        language::third_person_verb(stripped),
+                        trailing.chars().rev().collect::<String>()
+                    ));
+                }
+            }
+            None => out.push(word.to_owned()),
+        }
+        index += 1;
+    }
+    let mut text = out.join(" ");
+    // Openers that carry no content ("Yeah, ...", "Well ...", "Actually ...").
+    loop {
+        let trimmed = text.trim_start();
+        let Some(first) = trimmed.split_whitespace().next() else { break };
+        let bare = first.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
+        if !matches!(
+            bare.as_str(),
+            "yeah" | "yes" | "well" | "so" | "actually" | "oh" | "also" | "btw" | "anyway" | "hey" | "hi" | "ok" | "okay"
+        ) {
+            break;
+        }
+        text = trimmed[first.len()..].to_owned();
+    }
+    let text = text.trim().trim_end_matches([',', ':']).to_owned();
+    let mut chars = text.chars();
+    let first = chars.next()?;
+    Some(format!("{}{}.", first.to_uppercase(), chars.as_str()))
+}
+
+/// Hours until a time-bound statement stops being true, counted from when it was said.
+pub fn expiry_hours(lower: &str, said_at: DateTime<Utc>) -> Option<f64> {
+    let fixed = [
+        ("tonight", 24.0),
+        ("today", 24.0),
+        ("this morning", 24.0),
+        ("this afternoon", 24.0),
+        ("this evening", 24.0),
+        ("right now", 24.0),
+        ("tomorrow", 48.0),
+        ("this weekend", 96.0),
+        ("this week", 168.0),
+        ("next week", 336.0),
+        ("this month", 744.0),
+        ("next month", 1488.0),
+    ];
+    for (phrase, hours) in fixed {
+        if language::contains_phrase(lower, phrase) {
+            return Some(hours);
+        }
+    }
+    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    for (index, word) in words.iter().enumerate() {
+        // "until Friday", "till Monday": through the end of that day.
+        if matches!(*word, "until" | "till" | "til")
+            && let Some(day) = words.get(index + 1).and_then(|next| weekday(next))
+        {
+            let today = said_at.weekday().num_days_from_monday() as i64;
+            let target = day.num_days_from_monday() as i64;
+            let days_ahead = (target - today).rem_euclid(7);
+            let end_of_day = said_at.date_naive() + Duration::days(days_ahead + 1);
+            let end = end_of_day.and_hms_opt(0, 0, 0)?.and_utc();
+            return Some(((end - said_at).num_minutes() as f64 / 60.0).max(1.0));
+        }
+        // "for the next 3 days", "for 2 weeks".
+        if *word == "for" {
+            let rest = &words[index + 1..];
+            let rest = if rest.first() == Some(&"the") { &rest[1..] } else { rest };
+            let rest = if rest.first() == Some(&"next") { &rest[1..] } else { rest };
+            if let (Some(count), Some(unit)) = (rest.first().and_then(|n| language::number(n)), rest.get(1)) {
+                let hours = match unit.trim_end_matches('s') {
+                    "hour" => 1.0,
+                    "day" => 24.0,
+                    "week" => 168.0,
+                    "month" => 744.0,
+                    _ => continue,
+                };
+                return Some(count * hours);
+            }
+        }
+    }
+    None
+}
+
+fn weekday(word: &str) -> Option<Weekday> {
+    match word {
+        "monday" => Some(Weekday::Mon),
+        "tuesday" => Some(Weekday::Tue),
+        "wednesday" => Some(Weekday::Wed),
+        "thursday" => Some(Weekday::Thu),
+        "friday" => Some(Weekday::Fri),
+        "saturday" => Some(Weekday::Sat),
+        "sunday" => Some(Weekday::Sun),
+        _ => None,
+    }
+}
+
+/// The fact type of a first-person clause.
+pub fn classify(lower: &str, time_bound: bool) -> FactType {
+    let any = |words: &[&str]| words.iter().any(|word| language::contains_phrase(lower, word));
+    if time_bound {
+        return FactType::Event;
+    }
+    if any(&[
+        "allergic", "allergy", "intolerant", "vegetarian", "vegan", "pescatarian", "gluten", "diet", "can't eat",
+        "cannot eat", "don't eat", "do not eat", "no longer eat", "avoid", "kosher", "halal", "budget", "can't have",
+        "sober", "keto",
+    ]) {
+        return FactType::Constraint;
+    }
+    if any(&[
+        "love", "loves", "like", "likes", "prefer", "enjoy", "hate", "dislike", "favorite", "favourite", "fan of",
+        "into", "switching to", "switched to", "switch to", "can't stand", "rather", "obsessed",
+    ]) {
+        return FactType::Preference;
+    }
+    if any(&[
+        "my name", "years old", "live in", "living in", "moved to", "moving to", "relocated", "work at", "work for",
+        "work as", "job", "born", "married", "wife", "husband", "partner", "daughter", "son", "kids", "children",
+        "i'm from", "i am from", "grew up", "engineer", "teacher", "nurse", "doctor", "student", "studying",
+        "retired", "girlfriend", "boyfriend", "pronouns",
+    ]) {
+        return FactType::Identity;
+    }
+    let first_words: Vec<&str> = lower.split_whitespace().take(4).collect();
+    if first_words.iter().any(|word| language::is_past_tense(word)) {
+        return FactType::Event;
+    }
+    FactType::World
+}
+
+/// "When X, I first A, then B, then C" or "my routine for X: A, B, C": a procedure
+/// the user follows, kept as a playbook candidate when it has at least two steps.
+pub fn playbook(clause: &str) -> Option<CandidatePlaybook> {
+    let lower = clause.to_lowercase();
+    let (trigger, body) = if let Some(rest) = lower
+        .strip_prefix("whenever ")
+        .or_else(|| lower.strip_prefix("when "))
+        .or_else(|| lower.strip_prefix("every time "))
+    {
+        let comma = rest.find(',')?;
+        (rest[..comma].trim().to_owned(), rest[comma + 1..].trim().to_owned())
+    } else if let Some(position) = lower.find("my routine for ").or_else(|| lower.find("my process for ")) {
+        let rest = &lower[position + 15..];
+        let colon = rest.find([':', ','])?;
+        (rest[..colon].trim().to_owned(), rest[colon + 1..].trim().to_owned())
+    } else {
+        return None;
+    };
+    let body = body.trim_start_matches("i ").trim_start_matches("first ");
+    let steps: Vec<String> = body
+        .split(", then ")
+        .flat_map(|part| part.split(" then "))
+        .flat_map(|part| part.split(", and "))
+        .flat_map(|part| part.split(", "))
+        .map(|step| step.trim().trim_start_matches("i ").trim_start_matches("then ").trim().to_owned())
+        .filter(|step| !step.is_empty())
+        .collect();
+    if steps.len() < 2 || trigger.is_empty() {
+        return None;
+    }
+    Some(CandidatePlaybook {
+        name: format!("When {trigger}"),
+        trigger,
+        steps,
+        confidence: 0.8,
+        source_episode_ids: Vec::new(),
+    })
+}
+
+/// Same-slot detection plus similarity, with no model.
+#[derive(Clone, Debug, Default)]
+pub struct OfflineJudge;
+
+/// Below this similarity an unrelated-slot fact is not treated as the same subject.
+const EXTENDS_SIMILARITY: f32 = 0.75;
+
+#[async_trait::async_trait]
+impl Judge for OfflineJudge {
+    fn name(&self) -> &str {
+        "offline"
+    }
+
+    async fn judge(&self, candidate: &CandidateFact, shown: &[ShownFact]) -> Result<Judgement> {
+        let judgement = |verdict: Verdict, reason: String| Judgement {
+            verdict,
+            reason,
+            usage: Usage::default(),
+        };
+        let candidate_slot = language::slot(&candidate.text);
+        let changing = language::announces_change(&candidate.text);
+        let candidate_tokens = language::content_tokens(&candidate.text);
+        let mut ranked: Vec<&ShownFact> = shown.iter().collect();
+        ranked.sort_by(|a, b| {
+            b.similarity
+                .unwrap_or(0.0)
+                .total_cmp(&a.similarity.unwrap_or(0.0))
+        });
+        if let Some(slot) = &candidate_slot {
+            for shown_fact in &ranked {
+                if language::slot(&shown_fact.fact.text).as_ref() != Some(slot) {
+                    continue;
+                }
+                let old_tokens = language::content_tokens(&shown_fact.fact.text);
+                let keeps_value = old_tokens
+                    .iter()
+                    .filter(|token| !language::is_slot_word(token))
+                    .all(|token| candidate_tokens.contains(token));
+                let event_meets_lasting = candidate.fact_type == FactType::Event
+                    && shown_fact.fact.fact_type != FactType::Event;
+                let alias = shown_fact.alias.clone();
+                if event_meets_lasting || (keeps_value && !changing) {
+                    return Ok(judgement(
+                        Verdict::Extends(alias),
+                        format!("same {} slot; adds detail without replacing the value", slot.name()),
+                    ));
+                }
+                if slot.is_exclusive() || changing {
+                    return Ok(judgement(
+                        Verdict::Updates(alias),
+                        format!("same {} slot with a new value", slot.name()),
+                    ));
+                }
+                return Ok(judgement(
+                    Verdict::Extends(alias),
+                    format!("same {} slot; both can hold", slot.name()),
+                ));
+            }
+        }
+        if let Some(best) = ranked.first()
+            && best.similarity.unwrap_or(0.0) >= EXTENDS_SIMILARITY
+            && language::shares_subject(&candidate.text, &best.fact.text)
+        {
+            return Ok(judgement(
+                Verdict::Extends(best.alias.clone()),
+                "close in meaning and about the same subject".to_owned(),
+            ));
+        }
+        Ok(judgement(Verdict::New, "no shown fact holds this slot or subject".to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_person_statements_become_third_person_facts() {
+        let cases = [
+            ("I love Adidas sneakers", "The user loves Adidas sneakers."),
+            ("My Adidas broke after a month", "The user's Adidas broke after a month."),
+            ("I'm switching to Puma", "The user is switching to Puma."),
+            ("I moved to Berlin last month", "The user moved to Berlin last month."),
+            ("I just started a new job at Stripe", "The user just started a new job at Stripe."),
+            ("I don't eat meat anymore", "The user doesn't eat meat anymore."),
+            ("I have an exam tomorrow", "The user has an exam tomorrow."),
+            ("Yeah, I usually watch films with my sister", "The user usually watches films with the user's sister."),
+            ("I am allergic to peanuts", "The user is allergic to peanuts."),
+        ];
+        for (said, expected) in cases {
+            assert_eq!(third_person(said).as_deref(), Some(expected), "rewriting {said:?}");
+        }
+        assert_eq!(third_person("ok thanks"), None);
+        assert_eq!(third_person("sounds good to me"), None);
+        assert_eq!(third_person("Nice"), None);
+    }
+
+    #[test]
+    fn compound_sentences_split_into_statements() {
+        assert_eq!(
+            clauses("I love Adidas and I hate Nike. What do you think? My sister runs too"),
+            vec!["I love Adidas", "I hate Nike", "My sister runs too"]
+        );
+    }
+
+    #[test]
+    fn time_bound_statements_expire() {
+        let monday = DateTime::parse_from_rfc3339("2026-11-30T10:00:00Z")
+            .expect("valid time")
+            .with_timezone(&Utc);
+        assert_eq!(expiry_hours("i have an exam tomorrow", monday), Some(48.0));
+        assert_eq!(expiry_hours("i'm in paris this week", monday), Some(168.0));
+        assert_eq!(expiry_hours("i'm in lisbon until friday", monday), Some(110.0));
+        assert_eq!(expiry_hours("i'm off sugar for 3 days", monday), Some(72.0));
+        assert_eq!(expiry_hours("i live in berlin", monday), None);
+        assert_eq!(classify("i have an exam tomorrow", true), FactType::Event);
+        assert_eq!(classify("i'm vegetarian now", false), FactType::Constraint);
+        assert_eq!(classify("i love adidas sneakers", false), FactType::Preference);
+        assert_eq!(classify("i work at stripe", false), FactType::Identity);
+        assert_eq!(classify("my adidas broke after a month", false), FactType::Event);
+    }
+
+    #[test]
+    fn procedures_become_playbooks() {
+        let found = playbook("When I deploy, I first run the tests, then tag the release, then update the changelog")
+            .expect("a playbook");
+        assert_eq!(found.trigger, "i deploy");
+        assert_eq!(found.steps, vec!["run the tests", "tag the release", "update the changelog"]);
+        assert!(playbook("When it rains, I stay home").is_none(), "one step is not a procedure");
+    }
+}
