@@ -4,6 +4,10 @@
 //! Inference runs on one dedicated thread, off the async executor. Requests queue on a
 //! channel; the thread takes everything waiting (up to a batch limit) and embeds it in
 //! one run, so concurrent callers share batches.
+//!
+//! [`llm`] holds the remote LLM providers consolidation uses when one is configured.
+
+pub mod llm;
 
 use async_trait::async_trait;
 use cairn_core::{Embedder, Error, Result};

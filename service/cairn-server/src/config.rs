@@ -67,6 +67,28 @@ pub struct Config {
     pub llm_base_url: Option<String>,
     pub llm_model: Option<String>,
     pub llm_api_key: Option<String>,
+    /// Azure OpenAI's `api-version`.
+    pub llm_api_version: Option<String>,
+    pub llm_timeout_ms: u64,
+    /// Retries after the first attempt on timeouts, 429 and 5xx.
+    pub llm_max_retries: u32,
+    pub llm_retry_backoff_ms: u64,
+    /// Longest `Retry-After` honoured inside one call; longer waits fail the run, which retries later.
+    pub llm_max_retry_after_ms: u64,
+    pub llm_max_output_tokens: u32,
+    /// US dollars per million tokens, for the cost estimate in metrics and run results.
+    pub llm_input_price_per_mtok: f64,
+    pub llm_output_price_per_mtok: f64,
+    /// Run queued consolidation jobs in the background (off: only sync and manual runs).
+    pub consolidation_worker: bool,
+    /// Episodes extracted and committed together.
+    pub consolidation_batch_size: usize,
+    /// Earlier episodes given to extraction as context.
+    pub consolidation_context_episodes: usize,
+    /// First retry delay of a failed job (doubles per attempt, at most 10 minutes).
+    pub consolidation_retry_base_ms: u64,
+    /// How long a worker holds a job before it is handed out again.
+    pub consolidation_lease_seconds: u64,
     /// Sustained requests per second allowed to one tenant; 0 disables the limit.
     pub rate_limit_per_second: u32,
     /// Requests a tenant may send in a burst above the sustained rate.
@@ -124,6 +146,19 @@ impl Default for Config {
             llm_base_url: None,
             llm_model: None,
             llm_api_key: None,
+            llm_api_version: None,
+            llm_timeout_ms: 30_000,
+            llm_max_retries: 3,
+            llm_retry_backoff_ms: 500,
+            llm_max_retry_after_ms: 30_000,
+            llm_max_output_tokens: 2_048,
+            llm_input_price_per_mtok: 0.0,
+            llm_output_price_per_mtok: 0.0,
+            consolidation_worker: true,
+            consolidation_batch_size: 20,
+            consolidation_context_episodes: 5,
+            consolidation_retry_base_ms: 5_000,
+            consolidation_lease_seconds: 120,
             rate_limit_per_second: 50,
             rate_limit_burst: 100,
             max_body_bytes: 1024 * 1024,
@@ -183,6 +218,19 @@ const KEYS: &[(&str, Kind)] = &[
     ("llm_base_url", Kind::Text),
     ("llm_model", Kind::Text),
     ("llm_api_key", Kind::Text),
+    ("llm_api_version", Kind::Text),
+    ("llm_timeout_ms", Kind::Integer),
+    ("llm_max_retries", Kind::Integer),
+    ("llm_retry_backoff_ms", Kind::Integer),
+    ("llm_max_retry_after_ms", Kind::Integer),
+    ("llm_max_output_tokens", Kind::Integer),
+    ("llm_input_price_per_mtok", Kind::Float),
+    ("llm_output_price_per_mtok", Kind::Float),
+    ("consolidation_worker", Kind::Boolean),
+    ("consolidation_batch_size", Kind::Integer),
+    ("consolidation_context_episodes", Kind::Integer),
+    ("consolidation_retry_base_ms", Kind::Integer),
+    ("consolidation_lease_seconds", Kind::Integer),
     ("rate_limit_per_second", Kind::Integer),
     ("rate_limit_burst", Kind::Integer),
     ("max_body_bytes", Kind::Integer),
@@ -353,12 +401,57 @@ impl Config {
             ));
         }
         if let Some(url) = &self.rerank_url
-            && !url.starts_with("http://")
+            && !(url.starts_with("http://") || url.starts_with("https://"))
         {
+            return Err(config_error("CAIRN_RERANK_URL", "must be an http:// or https:// URL"));
+        }
+        if let Some(kind) = &self.llm_kind {
+            if cairn_inference::llm::ProviderKind::parse(kind).is_none() {
+                return Err(config_error(
+                    "CAIRN_LLM_KIND",
+                    "must be openai, azure, anthropic, ollama, vllm or lmstudio",
+                ));
+            }
+            match &self.llm_base_url {
+                Some(url) if url.starts_with("http://") || url.starts_with("https://") => {}
+                _ => {
+                    return Err(config_error(
+                        "CAIRN_LLM_BASE_URL",
+                        "an http:// or https:// URL is required with CAIRN_LLM_KIND",
+                    ));
+                }
+            }
+            if self.llm_model.as_deref().is_none_or(|model| model.trim().is_empty()) {
+                return Err(config_error("CAIRN_LLM_MODEL", "is required with CAIRN_LLM_KIND"));
+            }
+        } else if self.llm_base_url.is_some() || self.llm_model.is_some() {
             return Err(config_error(
-                "CAIRN_RERANK_URL",
-                "must be an http:// URL (terminate TLS in a sidecar)",
+                "CAIRN_LLM_KIND",
+                "is required when CAIRN_LLM_BASE_URL or CAIRN_LLM_MODEL is set",
             ));
+        }
+        if self.llm_timeout_ms == 0 {
+            return Err(config_error("CAIRN_LLM_TIMEOUT_MS", "must be positive"));
+        }
+        if self.llm_max_retries > 10 {
+            return Err(config_error("CAIRN_LLM_MAX_RETRIES", "must be at most 10"));
+        }
+        for (key, value) in [
+            ("CAIRN_LLM_INPUT_PRICE_PER_MTOK", self.llm_input_price_per_mtok),
+            ("CAIRN_LLM_OUTPUT_PRICE_PER_MTOK", self.llm_output_price_per_mtok),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(config_error(key, "must be a non-negative number"));
+            }
+        }
+        if !(1..=200).contains(&self.consolidation_batch_size) {
+            return Err(config_error("CAIRN_CONSOLIDATION_BATCH_SIZE", "must be between 1 and 200"));
+        }
+        if self.consolidation_context_episodes > 100 {
+            return Err(config_error("CAIRN_CONSOLIDATION_CONTEXT_EPISODES", "must be at most 100"));
+        }
+        if self.consolidation_lease_seconds == 0 {
+            return Err(config_error("CAIRN_CONSOLIDATION_LEASE_SECONDS", "must be positive"));
         }
         if self.rerank_url.is_some() && self.rerank_model_dir.is_some() {
             return Err(config_error(
@@ -427,6 +520,25 @@ impl Config {
             max_batch: 32,
             max_tokens: 256,
         }
+    }
+
+    /// The LLM provider settings, when one is configured.
+    pub fn llm(&self) -> Option<cairn_inference::llm::LlmConfig> {
+        let kind = cairn_inference::llm::ProviderKind::parse(self.llm_kind.as_deref()?)?;
+        Some(cairn_inference::llm::LlmConfig {
+            kind,
+            base_url: self.llm_base_url.clone()?,
+            model: self.llm_model.clone()?,
+            api_key: self.llm_api_key.clone(),
+            api_version: self.llm_api_version.clone(),
+            timeout: std::time::Duration::from_millis(self.llm_timeout_ms),
+            max_retries: self.llm_max_retries,
+            backoff: std::time::Duration::from_millis(self.llm_retry_backoff_ms),
+            max_retry_after: std::time::Duration::from_millis(self.llm_max_retry_after_ms),
+            input_price_per_mtok: self.llm_input_price_per_mtok,
+            output_price_per_mtok: self.llm_output_price_per_mtok,
+            max_output_tokens: self.llm_max_output_tokens,
+        })
     }
 
     /// Where development mode keeps its generated HS256 secret.

@@ -52,12 +52,17 @@ impl ApiError {
                     Core::Forbidden { .. } => StatusCode::FORBIDDEN,
                     Core::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
                     Core::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                    Core::Provider(_) => StatusCode::BAD_GATEWAY,
                 };
                 let message = match error {
                     Core::Storage(_) => {
                         "an internal error occurred; quote the request id when reporting it".to_owned()
                     }
                     Core::Unavailable(_) => "the store is unavailable; retry later".to_owned(),
+                    Core::Provider(_) => {
+                        "the model provider failed; the episodes are stored and consolidation will retry"
+                            .to_owned()
+                    }
                     Core::Invalid { .. }
                     | Core::NotFound { .. }
                     | Core::Conflict { .. }

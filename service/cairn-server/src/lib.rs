@@ -14,7 +14,7 @@ pub mod telemetry;
 pub mod wire;
 
 use anyhow::Context;
-use cairn_app::{Cairn, Settings};
+use cairn_app::{Cairn, ConsolidationSettings, Consolidator, Settings};
 use cairn_core::MemoryStore;
 use cairn_store_sqlite::SqliteStore;
 use config::{Backend, Config};
@@ -103,9 +103,25 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
             confidence_weight: config.confidence_weight,
         },
         rerank_candidates: config.rerank_candidates,
+        consolidation: ConsolidationSettings {
+            batch_size: config.consolidation_batch_size,
+            context_episodes: config.consolidation_context_episodes,
+            retry_base: chrono::Duration::milliseconds(
+                i64::try_from(config.consolidation_retry_base_ms).unwrap_or(i64::MAX),
+            ),
+            job_lease: chrono::Duration::seconds(i64::try_from(config.consolidation_lease_seconds).unwrap_or(120)),
+            ..ConsolidationSettings::default()
+        },
         ..Settings::default()
     };
     let mut cairn = Cairn::new(store, Some(Arc::new(embedder)), settings);
+    if let Some(llm) = config.llm() {
+        let client = cairn_inference::llm::LlmClient::new(llm)?;
+        cairn = cairn.with_consolidator(Consolidator::new(
+            Arc::new(cairn_inference::llm::LlmExtractor::new(client.clone())),
+            Arc::new(cairn_inference::llm::LlmJudge::new(client)),
+        ));
+    }
     if let Some(url) = &config.rerank_url {
         let reranker = rerank::RemoteReranker::new(
             url.clone(),
@@ -142,4 +158,27 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         config.metrics_require_auth,
         config.mcp_allowed_hosts(),
     )
+}
+
+/// Runs queued consolidation jobs until the process stops: woken by ingests, and
+/// polling once a second for retries that came due.
+pub fn spawn_consolidation_worker(state: actix_web::web::Data<http::AppState>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            match state.cairn.run_due_job().await {
+                Ok(Some(outcome)) => state.metrics.observe_consolidation(&outcome, "job"),
+                Ok(None) => {
+                    tokio::select! {
+                        () = state.cairn.consolidation_woken() => {}
+                        () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                    }
+                }
+                Err(_) => {
+                    // Logged with the job; the job is released with a backoff.
+                    state.metrics.observe_consolidation_failure("job");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            }
+        }
+    })
 }

@@ -4,7 +4,7 @@ use actix_web::{HttpServer, web};
 use anyhow::Context;
 use cairn_server::auth::{MintRequest, mint, parse_ttl};
 use cairn_server::config::Config;
-use cairn_server::{build_state, http, open_store, telemetry};
+use cairn_server::{build_state, http, open_store, spawn_consolidation_worker, telemetry};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -123,6 +123,9 @@ fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(listen = %listen, backend = ?config.backend, data_dir = %config.data_dir.display(), "cairn starting");
     let result = actix_web::rt::System::new().block_on(async move {
         let state = web::Data::new(build_state(&config).await?);
+        if config.consolidation_worker {
+            spawn_consolidation_worker(state.clone());
+        }
         HttpServer::new(move || http::app(state.clone()))
             .workers(workers)
             .bind(&listen)

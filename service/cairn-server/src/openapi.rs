@@ -14,6 +14,7 @@ fn request_schema(method: &str, path: &str) -> Option<&'static str> {
         ("POST", "/v1/users/{user}/playbooks/{id}/versions") => Some("PlaybookVersion"),
         ("POST", "/v1/users/{user}/playbooks/{id}/outcome") => Some("PlaybookOutcome"),
         ("POST", "/v1/users/{user}/recall") => Some("RecallRequest"),
+        ("POST", "/v1/users/{user}/consolidate") => Some("ConsolidateRequest"),
         _ => None,
     }
 }
@@ -102,7 +103,7 @@ fn operation(method: &str, path: &str, permission: Option<Permission>, summary: 
     if let Some(schema) = request_schema(method, path) {
         operation.insert(
             "requestBody".into(),
-            json!({ "required": schema != "Retraction",
+            json!({ "required": !matches!(schema, "Retraction" | "ConsolidateRequest"),
                     "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema}") } } } }),
         );
     }
@@ -110,6 +111,7 @@ fn operation(method: &str, path: &str, permission: Option<Permission>, summary: 
         && !path.ends_with("/recall")
         && !path.ends_with("/retract")
         && !path.ends_with("/outcome")
+        && !path.ends_with("/consolidate")
     {
         "201"
     } else {
@@ -177,6 +179,9 @@ fn schemas() -> Value {
             "name": { "type": "string" }, "trigger": { "type": "string" },
             "steps": { "type": "array", "items": { "type": "string" }, "minItems": 1 },
             "base_version": { "type": "integer" } } },
+        "ConsolidateRequest": { "type": "object", "additionalProperties": false, "properties": {
+            "dry_run": { "type": "boolean", "description": "return the decisions and write nothing" },
+            "from_start": { "type": "boolean", "description": "re-read every episode, not only those past the watermark" } } },
         "PlaybookOutcome": { "type": "object", "required": ["success"], "additionalProperties": false,
             "properties": { "success": { "type": "boolean" } } },
         "RecallRequest": { "type": "object", "required": ["query"], "additionalProperties": false, "properties": {

@@ -113,6 +113,12 @@ pub const ROUTES: &[(&str, &str, Option<Permission>, &str)] = &[
         "Lasting and recent facts with a context block",
     ),
     (
+        "POST",
+        "/v1/users/{user}/consolidate",
+        Some(Permission::Write),
+        "Consolidate the user's new episodes now (or a dry run that writes nothing)",
+    ),
+    (
         "GET",
         "/v1/users/{user}/decisions",
         Some(Permission::Read),
@@ -167,6 +173,7 @@ pub fn register(config: &mut web::ServiceConfig) {
                 .route("/playbooks/{id}/outcome", web::post().to(record_outcome))
                 .route("/recall", web::post().to(recall))
                 .route("/profile", web::get().to(profile))
+                .route("/consolidate", web::post().to(consolidate))
                 .route("/decisions", web::get().to(decisions))
                 .route("/audit", web::get().to(audit)),
         )
@@ -232,7 +239,31 @@ async fn ingest(
         .cairn
         .ingest(&scope, &caller.context, body.into_inner().into_request()?)
         .await?;
+    if let Some(run) = &outcome.consolidation.outcome {
+        state.metrics.observe_consolidation(run, "sync");
+    } else if outcome.consolidation.error.is_some() {
+        state.metrics.observe_consolidation_failure("sync");
+    }
     Ok(HttpResponse::Created().json(wire::ingest_response(&outcome)))
+}
+
+async fn consolidate(
+    caller: Authenticated,
+    user: UserPath,
+    body: Option<web::Json<wire::ConsolidateBody>>,
+    state: State,
+) -> Reply {
+    let scope = caller.scope(&user, Permission::Write)?;
+    let options = body.map(|body| body.into_inner().into_options()).unwrap_or_default();
+    let outcome = match state.cairn.consolidate(&scope, &caller.context, options).await {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            state.metrics.observe_consolidation_failure("manual");
+            return Err(error.into());
+        }
+    };
+    state.metrics.observe_consolidation(&outcome, "manual");
+    Ok(HttpResponse::Ok().json(wire::consolidation(&outcome)))
 }
 
 async fn list_episodes(

@@ -1,7 +1,7 @@
 //! Wire formats of the REST API, converted by hand to and from the use-case types.
 
 use cairn_app::{
-    ConsolidateMode, Contradiction, Explanation, FactInput, FactWriteOutcome, IngestOutcome, IngestRequest,
+    ConsolidateMode, ConsolidateOptions, ConsolidationOutcome, Contradiction, Explanation, FactInput, FactWriteOutcome, IngestOutcome, IngestRequest,
     Message, PlaybookInput, PlaybookVersionInput, Profile, RecallHit, RecallRequest, RecallResult, Role,
 };
 use cairn_core::{
@@ -91,13 +91,59 @@ impl IngestBody {
 }
 
 pub fn ingest_response(outcome: &IngestOutcome) -> Value {
-    json!({
-        "episode_ids": outcome.episode_ids,
-        "consolidation": {
-            "requested": outcome.consolidation.requested.as_str(),
-            "ran": outcome.consolidation.ran,
-            "detail": outcome.consolidation.detail,
+    let report = &outcome.consolidation;
+    let mut consolidation = json!({
+        "requested": report.requested.as_str(),
+        "ran": report.outcome.is_some(),
+        "queued": report.outcome.is_none() && report.job_id.is_some(),
+        "job_id": report.job_id,
+    });
+    if let Some(run) = &report.outcome {
+        consolidation["run"] = self::consolidation(run);
+    }
+    if let Some(error) = &report.error {
+        consolidation["error"] = json!(error);
+    }
+    json!({ "episode_ids": outcome.episode_ids, "consolidation": consolidation })
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ConsolidateBody {
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Re-read every episode of the user, not only those past the watermark.
+    #[serde(default)]
+    pub from_start: bool,
+}
+
+impl ConsolidateBody {
+    pub fn into_options(self) -> ConsolidateOptions {
+        ConsolidateOptions {
+            dry_run: self.dry_run,
+            from_start: self.from_start,
         }
+    }
+}
+
+pub fn consolidation(outcome: &ConsolidationOutcome) -> Value {
+    let now = Utc::now();
+    json!({
+        "run_id": outcome.run_id,
+        "dry_run": outcome.dry_run,
+        "episodes_read": outcome.episodes_read,
+        "watermark": outcome.watermark,
+        "extractor": outcome.extractor,
+        "judge": outcome.judge,
+        "decisions": outcome.decisions.iter().map(decision).collect::<Vec<_>>(),
+        "facts_created": outcome.facts_created.iter().map(|created| fact(created, now)).collect::<Vec<_>>(),
+        "playbooks_created": outcome.playbooks_created,
+        "usage": {
+            "llm_calls": outcome.usage.calls,
+            "input_tokens": outcome.usage.input_tokens,
+            "output_tokens": outcome.usage.output_tokens,
+            "cost_usd": outcome.usage.cost_usd,
+        },
     })
 }
 
