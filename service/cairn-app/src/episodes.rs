@@ -156,7 +156,10 @@ impl Cairn {
         };
         match request.consolidate {
             ConsolidateMode::Async => self.wake_consolidation(),
-            ConsolidateMode::Sync => match self.consolidate(scope, context, ConsolidateOptions::default()).await {
+            ConsolidateMode::Sync => match self
+                .consolidate(scope, context, ConsolidateOptions::default())
+                .await
+            {
                 Ok(outcome) => report.outcome = Some(outcome),
                 Err(error) => {
                     tracing::warn!(tenant = %scope.tenant(), error = %error, "synchronous consolidation failed; queued");

@@ -10,7 +10,8 @@ mod recall;
 mod validate;
 
 pub use consolidation::{
-    ConsolidateOptions, ConsolidationOutcome, ConsolidationSettings, Consolidator, OfflineExtractor, OfflineJudge,
+    ConsolidateOptions, ConsolidationOutcome, ConsolidationSettings, Consolidator, OfflineExtractor,
+    OfflineJudge,
 };
 pub use episodes::{ConsolidateMode, ConsolidationReport, IngestOutcome, IngestRequest, Message, Role};
 pub use facts::{Contradiction, FactInput, FactWriteOutcome};

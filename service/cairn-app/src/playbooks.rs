@@ -24,7 +24,12 @@ pub struct PlaybookVersionInput {
 
 impl Cairn {
     /// A validated, embedded first version (not yet stored).
-    pub(crate) async fn new_playbook(&self, name: String, trigger: String, steps: Vec<String>) -> Result<Playbook> {
+    pub(crate) async fn new_playbook(
+        &self,
+        name: String,
+        trigger: String,
+        steps: Vec<String>,
+    ) -> Result<Playbook> {
         let limit = self.settings.max_text_chars;
         let at = now();
         let mut playbook = Playbook {

@@ -6,8 +6,8 @@
 
 use async_trait::async_trait;
 use cairn_core::{
-    CandidateFact, CandidatePlaybook, Error, Extraction, ExtractionInput, Extractor, FactType, Judge, Judgement,
-    Result, ShownFact, Usage, Verdict,
+    CandidateFact, CandidatePlaybook, Error, Extraction, ExtractionInput, Extractor, FactType, Judge,
+    Judgement, Result, ShownFact, Usage, Verdict,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -109,7 +109,9 @@ impl LlmClient {
                     "Your previous answer could not be parsed as JSON ({problem}). Answer again with only \
                      one JSON object that matches the schema, and nothing else."
                 );
-                let (text, spent) = self.call(system, user, Some((&text, &correction)), tool, schema).await?;
+                let (text, spent) = self
+                    .call(system, user, Some((&text, &correction)), tool, schema)
+                    .await?;
                 usage.add(spent);
                 let value = parse_lenient(&text)
                     .map_err(|problem| Error::Provider(format!("{UNPARSEABLE}: {problem}")))?;
@@ -139,8 +141,15 @@ impl LlmClient {
                             attempt + 1
                         )));
                     }
+                    if let Some(after) = retry_after.filter(|after| *after > self.config.max_retry_after) {
+                        // Longer than a call may wait: fail now; the job retries later.
+                        return Err(Error::Provider(format!(
+                            "{error}; asked to retry after {} s",
+                            after.as_secs()
+                        )));
+                    }
                     let backoff = self.config.backoff.saturating_mul(1 << attempt.min(10));
-                    retry_after.map_or(backoff, |after| after.min(self.config.max_retry_after))
+                    retry_after.unwrap_or(backoff)
                 }
             };
             attempt += 1;
@@ -177,7 +186,9 @@ impl LlmClient {
                 });
                 let base = self.config.base_url.trim_end_matches('/');
                 let url = match (&self.config.kind, &self.config.api_version) {
-                    (ProviderKind::Azure, Some(version)) => format!("{base}/chat/completions?api-version={version}"),
+                    (ProviderKind::Azure, Some(version)) => {
+                        format!("{base}/chat/completions?api-version={version}")
+                    }
                     _ => format!("{base}/chat/completions"),
                 };
                 let mut request = self.http.post(url).json(&body);
@@ -230,7 +241,9 @@ impl LlmClient {
             });
         }
         if !status.is_success() {
-            return Err(Attempt::Fatal(Error::Provider(format!("the provider answered {status}"))));
+            return Err(Attempt::Fatal(Error::Provider(format!(
+                "the provider answered {status}"
+            ))));
         }
         let body: Value = response.json().await.map_err(|error| Attempt::Retryable {
             error: format!("unreadable response: {}", without_url(&error)),
@@ -240,10 +253,16 @@ impl LlmClient {
             ProviderKind::OpenAi | ProviderKind::Azure => {
                 let message = &body["choices"][0]["message"];
                 if let Some(refusal) = message["refusal"].as_str().filter(|text| !text.is_empty()) {
-                    return Err(Attempt::Fatal(Error::Provider(format!("the model refused: {refusal}"))));
+                    return Err(Attempt::Fatal(Error::Provider(format!(
+                        "the model refused: {refusal}"
+                    ))));
                 }
                 let text = message["content"].as_str().unwrap_or_default().to_owned();
-                (text, &body["usage"]["prompt_tokens"], &body["usage"]["completion_tokens"])
+                (
+                    text,
+                    &body["usage"]["prompt_tokens"],
+                    &body["usage"]["completion_tokens"],
+                )
             }
             ProviderKind::Anthropic => {
                 if body["stop_reason"].as_str() == Some("refusal") {
@@ -261,7 +280,11 @@ impl LlmClient {
                             .and_then(|block| block["text"].as_str().map(str::to_owned))
                     })
                     .unwrap_or_default();
-                (text, &body["usage"]["input_tokens"], &body["usage"]["output_tokens"])
+                (
+                    text,
+                    &body["usage"]["input_tokens"],
+                    &body["usage"]["output_tokens"],
+                )
             }
         };
         let input_tokens = input_tokens.as_u64().unwrap_or(0);
@@ -279,7 +302,10 @@ impl LlmClient {
 }
 
 enum Attempt {
-    Retryable { error: String, retry_after: Option<Duration> },
+    Retryable {
+        error: String,
+        retry_after: Option<Duration>,
+    },
     Fatal(Error),
 }
 
@@ -419,7 +445,11 @@ fn extraction_prompt(input: &ExtractionInput) -> String {
     if !input.earlier.is_empty() {
         prompt.push_str("Earlier user messages (context only):\n");
         for episode in &input.earlier {
-            prompt.push_str(&format!("- [{}] {}\n", episode.occurred_at.to_rfc3339(), episode.text));
+            prompt.push_str(&format!(
+                "- [{}] {}\n",
+                episode.occurred_at.to_rfc3339(),
+                episode.text
+            ));
         }
         prompt.push('\n');
     }
@@ -456,13 +486,22 @@ fn parse_time(value: &Value) -> std::result::Result<Option<DateTime<Utc>>, Strin
 fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
-        .map(|items| items.iter().filter_map(|item| item.as_str().map(str::to_owned)).collect())
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// One extracted fact, validated on its own: a bad item is rejected, not the batch.
 fn candidate_fact(item: &Value) -> std::result::Result<CandidateFact, String> {
-    let text = item["text"].as_str().map(str::trim).filter(|text| !text.is_empty()).ok_or("a fact without text")?;
+    let text = item["text"]
+        .as_str()
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
+        .ok_or("a fact without text")?;
     let fact_type = item["fact_type"]
         .as_str()
         .and_then(|kind| FactType::parse(kind).ok())
@@ -473,14 +512,19 @@ fn candidate_fact(item: &Value) -> std::result::Result<CandidateFact, String> {
     }
     let expires_in_hours = match &item["expires_in_hours"] {
         Value::Null => None,
-        value => Some(value.as_f64().ok_or_else(|| format!("{text:?}: expires_in_hours is not a number"))?),
+        value => Some(
+            value
+                .as_f64()
+                .ok_or_else(|| format!("{text:?}: expires_in_hours is not a number"))?,
+        ),
     };
     Ok(CandidateFact {
         text: text.to_owned(),
         fact_type,
         confidence: confidence as f32,
         expires_in_hours,
-        valid_from: parse_time(&item["valid_from"]).map_err(|error| format!("{text:?}: valid_from {error}"))?,
+        valid_from: parse_time(&item["valid_from"])
+            .map_err(|error| format!("{text:?}: valid_from {error}"))?,
         valid_to: parse_time(&item["valid_to"]).map_err(|error| format!("{text:?}: valid_to {error}"))?,
         source_episode_ids: strings(&item["source_episode_ids"]),
         span: item["span"].as_str().map(str::to_owned),
@@ -488,7 +532,11 @@ fn candidate_fact(item: &Value) -> std::result::Result<CandidateFact, String> {
 }
 
 fn candidate_playbook(item: &Value) -> std::result::Result<CandidatePlaybook, String> {
-    let name = item["name"].as_str().map(str::trim).filter(|name| !name.is_empty()).ok_or("a playbook without name")?;
+    let name = item["name"]
+        .as_str()
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .ok_or("a playbook without name")?;
     let trigger = item["trigger"].as_str().map(str::trim).unwrap_or_default();
     let steps = strings(&item["steps"]);
     if trigger.is_empty() || steps.is_empty() {
@@ -512,7 +560,12 @@ impl Extractor for LlmExtractor {
     async fn extract(&self, input: &ExtractionInput) -> Result<Extraction> {
         let reply = self
             .client
-            .structured(EXTRACT_SYSTEM, &extraction_prompt(input), "record_memories", &extraction_schema())
+            .structured(
+                EXTRACT_SYSTEM,
+                &extraction_prompt(input),
+                "record_memories",
+                &extraction_schema(),
+            )
             .await?;
         let mut extraction = Extraction {
             usage: reply.usage,

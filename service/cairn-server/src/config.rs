@@ -403,7 +403,10 @@ impl Config {
         if let Some(url) = &self.rerank_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
-            return Err(config_error("CAIRN_RERANK_URL", "must be an http:// or https:// URL"));
+            return Err(config_error(
+                "CAIRN_RERANK_URL",
+                "must be an http:// or https:// URL",
+            ));
         }
         if let Some(kind) = &self.llm_kind {
             if cairn_inference::llm::ProviderKind::parse(kind).is_none() {
@@ -421,7 +424,11 @@ impl Config {
                     ));
                 }
             }
-            if self.llm_model.as_deref().is_none_or(|model| model.trim().is_empty()) {
+            if self
+                .llm_model
+                .as_deref()
+                .is_none_or(|model| model.trim().is_empty())
+            {
                 return Err(config_error("CAIRN_LLM_MODEL", "is required with CAIRN_LLM_KIND"));
             }
         } else if self.llm_base_url.is_some() || self.llm_model.is_some() {
@@ -445,13 +452,22 @@ impl Config {
             }
         }
         if !(1..=200).contains(&self.consolidation_batch_size) {
-            return Err(config_error("CAIRN_CONSOLIDATION_BATCH_SIZE", "must be between 1 and 200"));
+            return Err(config_error(
+                "CAIRN_CONSOLIDATION_BATCH_SIZE",
+                "must be between 1 and 200",
+            ));
         }
         if self.consolidation_context_episodes > 100 {
-            return Err(config_error("CAIRN_CONSOLIDATION_CONTEXT_EPISODES", "must be at most 100"));
+            return Err(config_error(
+                "CAIRN_CONSOLIDATION_CONTEXT_EPISODES",
+                "must be at most 100",
+            ));
         }
         if self.consolidation_lease_seconds == 0 {
-            return Err(config_error("CAIRN_CONSOLIDATION_LEASE_SECONDS", "must be positive"));
+            return Err(config_error(
+                "CAIRN_CONSOLIDATION_LEASE_SECONDS",
+                "must be positive",
+            ));
         }
         if self.rerank_url.is_some() && self.rerank_model_dir.is_some() {
             return Err(config_error(

@@ -109,7 +109,9 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
             retry_base: chrono::Duration::milliseconds(
                 i64::try_from(config.consolidation_retry_base_ms).unwrap_or(i64::MAX),
             ),
-            job_lease: chrono::Duration::seconds(i64::try_from(config.consolidation_lease_seconds).unwrap_or(120)),
+            job_lease: chrono::Duration::seconds(
+                i64::try_from(config.consolidation_lease_seconds).unwrap_or(120),
+            ),
             ..ConsolidationSettings::default()
         },
         ..Settings::default()
@@ -162,7 +164,9 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
 
 /// Runs queued consolidation jobs until the process stops: woken by ingests, and
 /// polling once a second for retries that came due.
-pub fn spawn_consolidation_worker(state: actix_web::web::Data<http::AppState>) -> tokio::task::JoinHandle<()> {
+pub fn spawn_consolidation_worker(
+    state: actix_web::web::Data<http::AppState>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             match state.cairn.run_due_job().await {

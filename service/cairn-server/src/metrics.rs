@@ -36,7 +36,10 @@ impl Metrics {
             &["route", "method"],
         )?;
         let consolidation_runs = IntCounterVec::new(
-            Opts::new("consolidation_runs_total", "Consolidation runs by trigger and result"),
+            Opts::new(
+                "consolidation_runs_total",
+                "Consolidation runs by trigger and result",
+            ),
             &["trigger", "result"],
         )?;
         let decisions = IntCounterVec::new(
@@ -45,7 +48,10 @@ impl Metrics {
         )?;
         let llm_calls = IntCounter::new("llm_calls_total", "LLM provider calls made by consolidation")?;
         let llm_tokens = IntCounterVec::new(
-            Opts::new("llm_tokens_total", "LLM tokens spent by consolidation, input and output"),
+            Opts::new(
+                "llm_tokens_total",
+                "LLM tokens spent by consolidation, input and output",
+            ),
             &["direction"],
         )?;
         let llm_cost = Counter::new("llm_cost_usd_total", "Estimated LLM cost in US dollars")?;
@@ -71,20 +77,28 @@ impl Metrics {
     /// Counts a finished run (dry runs count as runs; their decisions are not counted).
     pub fn observe_consolidation(&self, outcome: &ConsolidationOutcome, trigger: &str) {
         let result = if outcome.dry_run { "dry_run" } else { "ok" };
-        self.consolidation_runs.with_label_values(&[trigger, result]).inc();
+        self.consolidation_runs
+            .with_label_values(&[trigger, result])
+            .inc();
         if !outcome.dry_run {
             for decision in &outcome.decisions {
                 self.decisions.with_label_values(&[decision.kind.as_str()]).inc();
             }
         }
         self.llm_calls.inc_by(outcome.usage.calls);
-        self.llm_tokens.with_label_values(&["input"]).inc_by(outcome.usage.input_tokens);
-        self.llm_tokens.with_label_values(&["output"]).inc_by(outcome.usage.output_tokens);
+        self.llm_tokens
+            .with_label_values(&["input"])
+            .inc_by(outcome.usage.input_tokens);
+        self.llm_tokens
+            .with_label_values(&["output"])
+            .inc_by(outcome.usage.output_tokens);
         self.llm_cost.inc_by(outcome.usage.cost_usd.max(0.0));
     }
 
     pub fn observe_consolidation_failure(&self, trigger: &str) {
-        self.consolidation_runs.with_label_values(&[trigger, "error"]).inc();
+        self.consolidation_runs
+            .with_label_values(&[trigger, "error"])
+            .inc();
     }
 
     pub fn observe_request(&self, route: &str, method: &str, status: u16, seconds: f64) {

@@ -254,7 +254,9 @@ async fn consolidate(
     state: State,
 ) -> Reply {
     let scope = caller.scope(&user, Permission::Write)?;
-    let options = body.map(|body| body.into_inner().into_options()).unwrap_or_default();
+    let options = body
+        .map(|body| body.into_inner().into_options())
+        .unwrap_or_default();
     let outcome = match state.cairn.consolidate(&scope, &caller.context, options).await {
         Ok(outcome) => outcome,
         Err(error) => {

@@ -1,8 +1,9 @@
 //! Wire formats of the REST API, converted by hand to and from the use-case types.
 
 use cairn_app::{
-    ConsolidateMode, ConsolidateOptions, ConsolidationOutcome, Contradiction, Explanation, FactInput, FactWriteOutcome, IngestOutcome, IngestRequest,
-    Message, PlaybookInput, PlaybookVersionInput, Profile, RecallHit, RecallRequest, RecallResult, Role,
+    ConsolidateMode, ConsolidateOptions, ConsolidationOutcome, Contradiction, Explanation, FactInput,
+    FactWriteOutcome, IngestOutcome, IngestRequest, Message, PlaybookInput, PlaybookVersionInput, Profile,
+    RecallHit, RecallRequest, RecallResult, Role,
 };
 use cairn_core::{
     AuditEvent, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, FactType, Memory, Page,

@@ -9,6 +9,8 @@ use cairn_server::config::Config;
 use cairn_server::{build_state, http};
 use serde_json::{Value, json};
 
+#[path = "api/consolidation.rs"]
+mod consolidation;
 #[path = "api/mcp.rs"]
 mod mcp;
 

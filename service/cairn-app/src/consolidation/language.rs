@@ -33,10 +33,45 @@ pub fn is_first_person_start(word: &str) -> bool {
 }
 
 const ADVERBS: &[&str] = &[
-    "really", "just", "also", "usually", "always", "never", "still", "now", "recently", "finally", "often",
-    "sometimes", "mostly", "totally", "absolutely", "definitely", "actually", "already", "currently", "rarely",
-    "only", "even", "basically", "seriously", "honestly", "kind", "sort", "somewhat", "mainly", "generally",
-    "no", "not", "barely", "hardly", "typically", "normally", "occasionally", "probably", "certainly",
+    "really",
+    "just",
+    "also",
+    "usually",
+    "always",
+    "never",
+    "still",
+    "now",
+    "recently",
+    "finally",
+    "often",
+    "sometimes",
+    "mostly",
+    "totally",
+    "absolutely",
+    "definitely",
+    "actually",
+    "already",
+    "currently",
+    "rarely",
+    "only",
+    "even",
+    "basically",
+    "seriously",
+    "honestly",
+    "kind",
+    "sort",
+    "somewhat",
+    "mainly",
+    "generally",
+    "no",
+    "not",
+    "barely",
+    "hardly",
+    "typically",
+    "normally",
+    "occasionally",
+    "probably",
+    "certainly",
 ];
 
 pub fn is_adverb(word: &str) -> bool {
@@ -44,16 +79,96 @@ pub fn is_adverb(word: &str) -> bool {
 }
 
 const MODALS: &[&str] = &[
-    "can", "could", "will", "would", "should", "might", "must", "may", "shall", "can't", "cannot", "won't",
-    "wouldn't", "shouldn't", "couldn't", "didn't", "did", "had", "was", "were", "is", "has", "does",
+    "can",
+    "could",
+    "will",
+    "would",
+    "should",
+    "might",
+    "must",
+    "may",
+    "shall",
+    "can't",
+    "cannot",
+    "won't",
+    "wouldn't",
+    "shouldn't",
+    "couldn't",
+    "didn't",
+    "did",
+    "had",
+    "was",
+    "were",
+    "is",
+    "has",
+    "does",
 ];
 
 const IRREGULAR_PAST: &[&str] = &[
-    "was", "were", "had", "did", "went", "bought", "got", "made", "took", "left", "began", "broke", "saw", "met",
-    "found", "lost", "ran", "wrote", "ate", "gave", "came", "became", "felt", "thought", "told", "said", "knew",
-    "sold", "spent", "paid", "won", "fell", "drove", "flew", "quit", "kept", "built", "caught", "taught",
-    "brought", "heard", "held", "read", "sent", "slept", "stood", "understood", "wore", "grew", "drew", "chose",
-    "forgot", "hurt", "put", "set", "cut", "let", "hit", "swam", "sang", "began", "rode", "woke", "gotten",
+    "was",
+    "were",
+    "had",
+    "did",
+    "went",
+    "bought",
+    "got",
+    "made",
+    "took",
+    "left",
+    "began",
+    "broke",
+    "saw",
+    "met",
+    "found",
+    "lost",
+    "ran",
+    "wrote",
+    "ate",
+    "gave",
+    "came",
+    "became",
+    "felt",
+    "thought",
+    "told",
+    "said",
+    "knew",
+    "sold",
+    "spent",
+    "paid",
+    "won",
+    "fell",
+    "drove",
+    "flew",
+    "quit",
+    "kept",
+    "built",
+    "caught",
+    "taught",
+    "brought",
+    "heard",
+    "held",
+    "read",
+    "sent",
+    "slept",
+    "stood",
+    "understood",
+    "wore",
+    "grew",
+    "drew",
+    "chose",
+    "forgot",
+    "hurt",
+    "put",
+    "set",
+    "cut",
+    "let",
+    "hit",
+    "swam",
+    "sang",
+    "began",
+    "rode",
+    "woke",
+    "gotten",
 ];
 
 pub fn is_past_tense(word: &str) -> bool {
@@ -107,18 +222,88 @@ pub fn number(word: &str) -> Option<f64> {
         ("couple", 2.0),
         ("few", 3.0),
     ];
-    word.parse::<f64>()
-        .ok()
-        .or_else(|| named.iter().find(|(name, _)| *name == word).map(|(_, value)| *value))
+    word.parse::<f64>().ok().or_else(|| {
+        named
+            .iter()
+            .find(|(name, _)| *name == word)
+            .map(|(_, value)| *value)
+    })
 }
 
 /// Words that say little about what a fact is about.
 const GENERIC: &[&str] = &[
-    "user", "users", "the", "a", "an", "is", "was", "are", "be", "been", "has", "have", "had", "does", "do", "did",
-    "and", "or", "but", "to", "of", "in", "on", "at", "for", "with", "from", "by", "as", "it", "its", "that",
-    "this", "their", "they", "them", "s", "now", "really", "just", "also", "very", "so", "not", "no", "will",
-    "would", "can", "could", "after", "before", "about", "into", "than", "then", "too", "some", "any", "all",
-    "lot", "lots", "bit", "thing", "things", "new", "currently", "recently", "still", "my", "i", "me", "t",
+    "user",
+    "users",
+    "the",
+    "a",
+    "an",
+    "is",
+    "was",
+    "are",
+    "be",
+    "been",
+    "has",
+    "have",
+    "had",
+    "does",
+    "do",
+    "did",
+    "and",
+    "or",
+    "but",
+    "to",
+    "of",
+    "in",
+    "on",
+    "at",
+    "for",
+    "with",
+    "from",
+    "by",
+    "as",
+    "it",
+    "its",
+    "that",
+    "this",
+    "their",
+    "they",
+    "them",
+    "s",
+    "now",
+    "really",
+    "just",
+    "also",
+    "very",
+    "so",
+    "not",
+    "no",
+    "will",
+    "would",
+    "can",
+    "could",
+    "after",
+    "before",
+    "about",
+    "into",
+    "than",
+    "then",
+    "too",
+    "some",
+    "any",
+    "all",
+    "lot",
+    "lots",
+    "bit",
+    "thing",
+    "things",
+    "new",
+    "currently",
+    "recently",
+    "still",
+    "my",
+    "i",
+    "me",
+    "t",
 ];
 
 /// Lower-case tokens that carry content, with a trailing plural or verb `s` removed.
@@ -136,7 +321,11 @@ pub fn stem(token: &str) -> String {
     for suffix in ["ies", "es", "s"] {
         if token.len() > suffix.len() + 2 && token.ends_with(suffix) && !token.ends_with("ss") {
             let base = &token[..token.len() - suffix.len()];
-            return if suffix == "ies" { format!("{base}y") } else { base.to_owned() };
+            return if suffix == "ies" {
+                format!("{base}y")
+            } else {
+                base.to_owned()
+            };
         }
     }
     token
@@ -204,29 +393,75 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
     (
         "residence",
         &[
-            "live in", "lives in", "living in", "moved to", "moving to", "relocated", "relocating", "based in",
-            "home is", "apartment in", "house in", "moved from", "live near",
+            "live in",
+            "lives in",
+            "living in",
+            "moved to",
+            "moving to",
+            "relocated",
+            "relocating",
+            "based in",
+            "home is",
+            "apartment in",
+            "house in",
+            "moved from",
+            "live near",
         ],
     ),
     (
         "employment",
         &[
-            "work at", "works at", "work for", "works for", "working at", "working for", "job at", "job as",
-            "works as", "work as", "employer", "hired", "joined", "new job", "quit", "started at", "position at",
-            "role at", "laid off", "got a job",
+            "work at",
+            "works at",
+            "work for",
+            "works for",
+            "working at",
+            "working for",
+            "job at",
+            "job as",
+            "works as",
+            "work as",
+            "employer",
+            "hired",
+            "joined",
+            "new job",
+            "quit",
+            "started at",
+            "position at",
+            "role at",
+            "laid off",
+            "got a job",
         ],
     ),
     (
         "diet",
         &[
-            "vegetarian", "vegan", "pescatarian", "keto", "diet", "eat meat", "eats meat", "eating meat",
-            "carnivore", "paleo", "plant-based", "plant based",
+            "vegetarian",
+            "vegan",
+            "pescatarian",
+            "keto",
+            "diet",
+            "eat meat",
+            "eats meat",
+            "eating meat",
+            "carnivore",
+            "paleo",
+            "plant-based",
+            "plant based",
         ],
     ),
     (
         "relationship",
         &[
-            "married", "engaged", "divorced", "single", "girlfriend", "boyfriend", "dating", "broke up", "partner",
+            "married",
+            "engaged",
+            "divorced",
+            "single",
+            "girlfriend",
+            "boyfriend",
+            "dating",
+            "broke up",
+            "partner",
         ],
     ),
 ];
@@ -235,8 +470,22 @@ const CATEGORY_SLOTS: &[(&str, &[&str])] = &[
     (
         "footwear",
         &[
-            "sneaker", "sneakers", "shoes", "trainers", "running shoes", "adidas", "puma", "nike", "reebok",
-            "asics", "hoka", "brooks", "new balance", "saucony", "vans", "converse",
+            "sneaker",
+            "sneakers",
+            "shoes",
+            "trainers",
+            "running shoes",
+            "adidas",
+            "puma",
+            "nike",
+            "reebok",
+            "asics",
+            "hoka",
+            "brooks",
+            "new balance",
+            "saucony",
+            "vans",
+            "converse",
         ],
     ),
     (
@@ -245,14 +494,47 @@ const CATEGORY_SLOTS: &[(&str, &[&str])] = &[
     ),
     (
         "car",
-        &["car", "drives a", "toyota", "honda", "tesla", "bmw", "ford", "volkswagen", "subaru", "audi"],
+        &[
+            "car",
+            "drives a",
+            "toyota",
+            "honda",
+            "tesla",
+            "bmw",
+            "ford",
+            "volkswagen",
+            "subaru",
+            "audi",
+        ],
     ),
-    ("computer", &["laptop", "macbook", "computer", "thinkpad", "desktop"]),
-    ("editor", &["editor", "vim", "emacs", "vscode", "vs code", "neovim", "intellij"]),
+    (
+        "computer",
+        &["laptop", "macbook", "computer", "thinkpad", "desktop"],
+    ),
+    (
+        "editor",
+        &[
+            "editor", "vim", "emacs", "vscode", "vs code", "neovim", "intellij",
+        ],
+    ),
     ("coffee", &["coffee", "espresso", "latte", "tea"]),
-    ("gym", &["gym", "workout", "work out", "running", "yoga", "cycling", "swimming"]),
+    (
+        "gym",
+        &[
+            "gym", "workout", "work out", "running", "yoga", "cycling", "swimming",
+        ],
+    ),
     ("pet", &["dog", "cat", "puppy", "kitten", "pet"]),
-    ("language", &["learning spanish", "learning french", "learning german", "learning japanese", "learning"]),
+    (
+        "language",
+        &[
+            "learning spanish",
+            "learning french",
+            "learning german",
+            "learning japanese",
+            "learning",
+        ],
+    ),
 ];
 
 /// The slot of a fact's text, if it has one. "favourite X" is its own exclusive slot.
@@ -292,9 +574,41 @@ pub fn slot(text: &str) -> Option<Slot> {
 /// Whether a token only names a slot ("lives", "works") rather than its value.
 pub fn is_slot_word(token: &str) -> bool {
     const WORDS: &[&str] = &[
-        "live", "liv", "move", "moved", "moving", "work", "working", "job", "favourite", "favorite", "love", "like",
-        "prefer", "based", "home", "eat", "diet", "sneaker", "shoe", "drive", "use", "using", "called", "name",
-        "year", "old", "start", "started", "switch", "switching", "switched", "now", "love", "enjoy", "own",
+        "live",
+        "liv",
+        "move",
+        "moved",
+        "moving",
+        "work",
+        "working",
+        "job",
+        "favourite",
+        "favorite",
+        "love",
+        "like",
+        "prefer",
+        "based",
+        "home",
+        "eat",
+        "diet",
+        "sneaker",
+        "shoe",
+        "drive",
+        "use",
+        "using",
+        "called",
+        "name",
+        "year",
+        "old",
+        "start",
+        "started",
+        "switch",
+        "switching",
+        "switched",
+        "now",
+        "love",
+        "enjoy",
+        "own",
     ];
     WORDS.contains(&token)
 }
@@ -303,10 +617,35 @@ pub fn is_slot_word(token: &str) -> bool {
 pub fn announces_change(text: &str) -> bool {
     let lower = text.to_lowercase();
     [
-        "switching to", "switched to", "switch to", "changed to", "changing to", "moved to", "moving to",
-        "no longer", "not anymore", "anymore", "instead", "stopped", "quit", "gave up", "replaced", "went back to",
-        "now prefers", "now uses", "new job", "started at", "relocated", "broke up", "divorced", "used to",
-        "rescheduled", "postponed", "cancelled", "canceled", "moved",
+        "switching to",
+        "switched to",
+        "switch to",
+        "changed to",
+        "changing to",
+        "moved to",
+        "moving to",
+        "no longer",
+        "not anymore",
+        "anymore",
+        "instead",
+        "stopped",
+        "quit",
+        "gave up",
+        "replaced",
+        "went back to",
+        "now prefers",
+        "now uses",
+        "new job",
+        "started at",
+        "relocated",
+        "broke up",
+        "divorced",
+        "used to",
+        "rescheduled",
+        "postponed",
+        "cancelled",
+        "canceled",
+        "moved",
     ]
     .iter()
     .any(|phrase| contains_phrase(&lower, phrase))
@@ -316,7 +655,8 @@ pub fn announces_change(text: &str) -> bool {
 pub fn shares_subject(left: &str, right: &str) -> bool {
     let left = content_tokens(left);
     let right = content_tokens(right);
-    left.iter().any(|token| !is_slot_word(token) && right.contains(token))
+    left.iter()
+        .any(|token| !is_slot_word(token) && right.contains(token))
 }
 
 #[cfg(test)]
@@ -337,11 +677,26 @@ mod tests {
 
     #[test]
     fn slots_group_one_attribute() {
-        assert_eq!(slot("The user lives in Berlin.").map(|s| s.name), Some("residence".into()));
-        assert_eq!(slot("The user moved to Lisbon.").map(|s| s.name), Some("residence".into()));
-        assert_eq!(slot("The user's favorite color is blue.").map(|s| s.name), Some("favourite color".into()));
-        assert_eq!(slot("The user is switching to Puma.").map(|s| s.name), Some("footwear".into()));
-        assert_eq!(slot("The user loves Adidas sneakers.").map(|s| s.name), Some("footwear".into()));
+        assert_eq!(
+            slot("The user lives in Berlin.").map(|s| s.name),
+            Some("residence".into())
+        );
+        assert_eq!(
+            slot("The user moved to Lisbon.").map(|s| s.name),
+            Some("residence".into())
+        );
+        assert_eq!(
+            slot("The user's favorite color is blue.").map(|s| s.name),
+            Some("favourite color".into())
+        );
+        assert_eq!(
+            slot("The user is switching to Puma.").map(|s| s.name),
+            Some("footwear".into())
+        );
+        assert_eq!(
+            slot("The user loves Adidas sneakers.").map(|s| s.name),
+            Some("footwear".into())
+        );
         assert!(slot("The user has a sister.").is_none());
     }
 

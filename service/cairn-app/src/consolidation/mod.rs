@@ -10,9 +10,9 @@ pub mod offline;
 use crate::{Cairn, RequestContext, now};
 use cairn_core::text::{fingerprint, tokens};
 use cairn_core::{
-    AuditEvent, CandidateFact, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Edge, EdgeKind, Episode,
-    Error, ExtractionInput, Extractor, Fact, FactStatus, Judge, Result, Scope, SearchFilter, ShownFact, TextQuery,
-    Tier, Tombstone, TombstoneReason, Usage, Verdict, VectorQuery, cosine, new_id,
+    AuditEvent, CandidateFact, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Edge, EdgeKind,
+    Episode, Error, ExtractionInput, Extractor, Fact, FactStatus, Judge, Result, Scope, SearchFilter,
+    ShownFact, TextQuery, Tier, Tombstone, TombstoneReason, Usage, VectorQuery, Verdict, cosine, new_id,
 };
 use chrono::{DateTime, Duration, Utc};
 use std::collections::{HashMap, HashSet};
@@ -128,7 +128,9 @@ struct WorkingSet {
 
 impl WorkingSet {
     fn current(&self) -> impl Iterator<Item = &Fact> {
-        self.facts.values().filter(|fact| !self.retired.contains(&fact.id))
+        self.facts
+            .values()
+            .filter(|fact| !self.retired.contains(&fact.id))
     }
 }
 
@@ -154,13 +156,20 @@ impl Cairn {
     pub async fn run_due_job(&self) -> Result<Option<ConsolidationOutcome>> {
         let settings = &self.settings.consolidation;
         let started = now();
-        let Some((scope, job)) = self.store.claim_job(started, started + settings.job_lease).await? else {
+        let Some((scope, job)) = self
+            .store
+            .claim_job(started, started + settings.job_lease)
+            .await?
+        else {
             return Ok(None);
         };
         let context = RequestContext {
             request_id: job.request_id.clone(),
         };
-        match self.consolidate(&scope, &context, ConsolidateOptions::default()).await {
+        match self
+            .consolidate(&scope, &context, ConsolidateOptions::default())
+            .await
+        {
             Ok(outcome) => Ok(Some(outcome)),
             Err(error) => {
                 let exponent = job.attempts.min(16);
@@ -220,8 +229,13 @@ impl Cairn {
         };
         let retracted = self.retracted_values(scope).await?;
         loop {
-            let batch = self.store.episodes_after(scope, cursor, settings.batch_size).await?;
-            let Some(last) = batch.last().map(|logged| logged.position) else { break };
+            let batch = self
+                .store
+                .episodes_after(scope, cursor, settings.batch_size)
+                .await?;
+            let Some(last) = batch.last().map(|logged| logged.position) else {
+                break;
+            };
             let episodes: Vec<Episode> = batch.into_iter().map(|logged| logged.episode).collect();
             let earlier = self
                 .store
@@ -246,11 +260,7 @@ impl Cairn {
             .await?;
             outcome.usage.add(plan.usage);
             let next_watermark = watermark.max(last);
-            let last_batch = self
-                .store
-                .episodes_after(scope, last, 1)
-                .await?
-                .is_empty();
+            let last_batch = self.store.episodes_after(scope, last, 1).await?.is_empty();
             let more = !last_batch;
             if !more {
                 plan.changes.push(Change::CompleteJobs(job_ids.clone()));
@@ -263,7 +273,9 @@ impl Cairn {
             outcome.facts_created.extend(plan.created.iter().cloned());
             outcome.playbooks_created += plan.playbooks;
             if !options.dry_run {
-                self.store.commit(scope, plan.into_change_set(scope, context)).await?;
+                self.store
+                    .commit(scope, plan.into_change_set(scope, context))
+                    .await?;
             }
             watermark = next_watermark;
             cursor = last;
@@ -317,7 +329,10 @@ impl Cairn {
         let settings = &self.settings.consolidation;
         let known = self.relevant_facts(scope, &batch.episodes).await?;
         for fact in &known {
-            working.facts.entry(fact.id.clone()).or_insert_with(|| fact.clone());
+            working
+                .facts
+                .entry(fact.id.clone())
+                .or_insert_with(|| fact.clone());
         }
         let input = ExtractionInput {
             episodes: batch.episodes.clone(),
@@ -328,10 +343,18 @@ impl Cairn {
         let extraction = self.consolidator.extractor.extract(&input).await?;
         plan.usage.add(extraction.usage);
         for rejected in &extraction.rejected {
-            plan.decide(DecisionKind::Refused, format!("extraction item rejected: {rejected}"), None, Vec::new());
+            plan.decide(
+                DecisionKind::Refused,
+                format!("extraction item rejected: {rejected}"),
+                None,
+                Vec::new(),
+            );
         }
-        let episodes_by_id: HashMap<&str, &Episode> =
-            batch.episodes.iter().map(|episode| (episode.id.as_str(), episode)).collect();
+        let episodes_by_id: HashMap<&str, &Episode> = batch
+            .episodes
+            .iter()
+            .map(|episode| (episode.id.as_str(), episode))
+            .collect();
         let user_words: HashSet<String> = batch
             .episodes
             .iter()
@@ -350,11 +373,21 @@ impl Cairn {
         for candidate in extraction.facts {
             match self.check_candidate(&candidate, &episodes_by_id) {
                 Ok(()) => candidates.push(candidate),
-                Err(reason) => plan.decide(DecisionKind::Refused, reason, None, candidate.source_episode_ids.clone()),
+                Err(reason) => plan.decide(
+                    DecisionKind::Refused,
+                    reason,
+                    None,
+                    candidate.source_episode_ids.clone(),
+                ),
             }
         }
         let vectors = self
-            .embed_all(candidates.iter().map(|candidate| candidate.text.clone()).collect())
+            .embed_all(
+                candidates
+                    .iter()
+                    .map(|candidate| candidate.text.clone())
+                    .collect(),
+            )
             .await?;
 
         for (candidate, vector) in candidates.into_iter().zip(vectors) {
@@ -394,7 +427,9 @@ impl Cairn {
                     && (value.tombstone.fingerprint == value_fingerprint
                         || value.fact.as_ref().is_some_and(|fact| {
                             let close = match (&vector, &fact.embedding) {
-                                (Some(candidate), Some(old)) => cosine(candidate, old) >= settings.tombstone_similarity,
+                                (Some(candidate), Some(old)) => {
+                                    cosine(candidate, old) >= settings.tombstone_similarity
+                                }
                                 _ => false,
                             };
                             close
@@ -432,7 +467,8 @@ impl Cairn {
             }
 
             // Gate 3: dedup, first without a model.
-            self.add_neighbours(scope, working, &candidate.text, vector.as_deref()).await?;
+            self.add_neighbours(scope, working, &candidate.text, vector.as_deref())
+                .await?;
             if let Some(existing) = working
                 .current()
                 .find(|fact| language::jaccard(&fact.text, &candidate.text) >= settings.duplicate_jaccard)
@@ -460,7 +496,10 @@ impl Cairn {
             }
             let shown = shown_facts(working, &candidate.text, vector.as_deref(), settings.judge_shown);
             let (verdict, reason) = if shown.is_empty() {
-                (Verdict::New, "the scope holds no current fact to compare with".to_owned())
+                (
+                    Verdict::New,
+                    "the scope holds no current fact to compare with".to_owned(),
+                )
             } else {
                 let judgement = self.consolidator.judge.judge(&candidate, &shown).await?;
                 plan.usage.add(judgement.usage);
@@ -468,13 +507,21 @@ impl Cairn {
             };
 
             // Gate 4: apply. A target must be one of the facts shown; anything else is NEW.
-            let resolve = |alias: &str| shown.iter().find(|shown| shown.alias == alias).map(|shown| shown.fact.clone());
+            let resolve = |alias: &str| {
+                shown
+                    .iter()
+                    .find(|shown| shown.alias == alias)
+                    .map(|shown| shown.fact.clone())
+            };
             let fact = new_fact(&candidate, &episodes_by_id, vector.clone());
             let (verdict, reason) = match verdict {
                 Verdict::Updates(alias) | Verdict::Extends(alias) | Verdict::Duplicate(alias)
                     if resolve(&alias).is_none() =>
                 {
-                    (Verdict::New, format!("the judge named {alias}, which it was not shown; kept as new"))
+                    (
+                        Verdict::New,
+                        format!("the judge named {alias}, which it was not shown; kept as new"),
+                    )
                 }
                 other => (other, reason),
             };
@@ -485,7 +532,12 @@ impl Cairn {
                 }
                 Verdict::Duplicate(alias) => {
                     let Some(existing) = resolve(&alias) else { continue };
-                    plan.decide(DecisionKind::Duplicate, reason, Some(existing.id.clone()), vec![existing.id]);
+                    plan.decide(
+                        DecisionKind::Duplicate,
+                        reason,
+                        Some(existing.id.clone()),
+                        vec![existing.id],
+                    );
                 }
                 Verdict::Extends(alias) => {
                     let Some(existing) = resolve(&alias) else { continue };
@@ -496,7 +548,12 @@ impl Cairn {
                         kind: EdgeKind::Extends,
                         created_at: fact.created_at,
                     }));
-                    plan.decide(DecisionKind::Extends, reason, Some(fact.id.clone()), vec![existing.id]);
+                    plan.decide(
+                        DecisionKind::Extends,
+                        reason,
+                        Some(fact.id.clone()),
+                        vec![existing.id],
+                    );
                     plan.track(working, fact);
                 }
                 Verdict::Updates(alias) => {
@@ -515,7 +572,12 @@ impl Cairn {
                         kind: EdgeKind::Updates,
                         created_at: fact.created_at,
                     }));
-                    plan.decide(DecisionKind::Updates, reason, Some(fact.id.clone()), vec![existing.id.clone()]);
+                    plan.decide(
+                        DecisionKind::Updates,
+                        reason,
+                        Some(fact.id.clone()),
+                        vec![existing.id.clone()],
+                    );
                     plan.superseded.push(existing.id.clone());
                     working.retired.insert(existing.id);
                     plan.track(working, fact);
@@ -536,14 +598,28 @@ impl Cairn {
                 );
                 continue;
             }
-            if candidate.steps.is_empty() || candidate.name.trim().is_empty() || candidate.trigger.trim().is_empty() {
-                plan.decide(DecisionKind::Refused, "playbook without name, trigger or steps", None, Vec::new());
+            if candidate.steps.is_empty()
+                || candidate.name.trim().is_empty()
+                || candidate.trigger.trim().is_empty()
+            {
+                plan.decide(
+                    DecisionKind::Refused,
+                    "playbook without name, trigger or steps",
+                    None,
+                    Vec::new(),
+                );
                 continue;
             }
-            let playbook = self.new_playbook(candidate.name, candidate.trigger, candidate.steps).await?;
+            let playbook = self
+                .new_playbook(candidate.name, candidate.trigger, candidate.steps)
+                .await?;
             plan.decide(
                 DecisionKind::New,
-                format!("playbook \"{}\" with {} steps", playbook.name, playbook.steps.len()),
+                format!(
+                    "playbook \"{}\" with {} steps",
+                    playbook.name,
+                    playbook.steps.len()
+                ),
                 None,
                 vec![playbook.id.clone()],
             );
@@ -575,7 +651,9 @@ impl Cairn {
                 .iter()
                 .any(|id| !episodes.contains_key(id.as_str()))
         {
-            return Err(format!("\"{text}\": source episodes are not episodes of this batch"));
+            return Err(format!(
+                "\"{text}\": source episodes are not episodes of this batch"
+            ));
         }
         if candidate
             .expires_in_hours
@@ -707,7 +785,13 @@ impl Plan {
         }
     }
 
-    fn decide(&mut self, kind: DecisionKind, reason: impl Into<String>, fact_id: Option<String>, targets: Vec<String>) {
+    fn decide(
+        &mut self,
+        kind: DecisionKind,
+        reason: impl Into<String>,
+        fact_id: Option<String>,
+        targets: Vec<String>,
+    ) {
         self.decisions.push(Decision {
             id: new_id("dec"),
             kind,
@@ -734,7 +818,14 @@ impl Plan {
         debug_assert_eq!(self.request_id, context.request_id);
         let mut targets: Vec<String> = self.created.iter().map(|fact| fact.id.clone()).collect();
         targets.extend(self.superseded.iter().cloned());
-        let event = run_audit(scope, context, "consolidation.run", targets, &self.run_id, self.decisions.len());
+        let event = run_audit(
+            scope,
+            context,
+            "consolidation.run",
+            targets,
+            &self.run_id,
+            self.decisions.len(),
+        );
         let mut change_set = ChangeSet::new(event);
         change_set.changes = self.changes;
         change_set.decisions = self.decisions;
@@ -815,7 +906,11 @@ fn shown_facts(working: &WorkingSet, text: &str, vector: Option<&[f32]>, limit: 
         .collect()
 }
 
-fn new_fact(candidate: &CandidateFact, episodes: &HashMap<&str, &Episode>, embedding: Option<Vec<f32>>) -> Fact {
+fn new_fact(
+    candidate: &CandidateFact,
+    episodes: &HashMap<&str, &Episode>,
+    embedding: Option<Vec<f32>>,
+) -> Fact {
     let said_at: Option<DateTime<Utc>> = candidate
         .source_episode_ids
         .iter()

@@ -7,8 +7,8 @@
 
 use super::language;
 use cairn_core::{
-    CandidateFact, CandidatePlaybook, Extraction, ExtractionInput, Extractor, FactType, Judge, Judgement, Result,
-    ShownFact, Usage, Verdict,
+    CandidateFact, CandidatePlaybook, Extraction, ExtractionInput, Extractor, FactType, Judge, Judgement,
+    Result, ShownFact, Usage, Verdict,
 };
 use chrono::{DateTime, Datelike, Duration, Utc, Weekday};
 
@@ -33,7 +33,9 @@ impl Extractor for OfflineExtractor {
                     });
                     continue;
                 }
-                let Some(text) = third_person(&clause) else { continue };
+                let Some(text) = third_person(&clause) else {
+                    continue;
+                };
                 let lower = clause.to_lowercase();
                 let expires_in_hours = expiry_hours(&lower, episode.occurred_at);
                 let fact_type = classify(&lower, expires_in_hours.is_some());
@@ -76,7 +78,10 @@ pub fn clauses(text: &str) -> Vec<String> {
             let bare = word.trim_matches(',').to_lowercase();
             let next = words.get(index + 1).map(|next| next.to_lowercase());
             let starts_statement = next.as_deref().is_some_and(language::is_first_person_start);
-            let conjunction = matches!(bare.as_str(), "and" | "but" | "so" | "although" | "though" | "while");
+            let conjunction = matches!(
+                bare.as_str(),
+                "and" | "but" | "so" | "although" | "though" | "while"
+            );
             if conjunction && starts_statement && !current.is_empty() {
                 result.push(current.join(" ").trim_end_matches(',').to_owned());
                 current.clear();
@@ -98,7 +103,10 @@ pub fn third_person(clause: &str) -> Option<String> {
     let words: Vec<&str> = clause.split_whitespace().collect();
     let lower: Vec<String> = words
         .iter()
-        .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'' && c != '’').to_lowercase())
+        .map(|word| {
+            word.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'' && c != '’')
+                .to_lowercase()
+        })
         .collect();
     // A statement about the user has the user as a subject or owner ("I", "my",
     // "we"), not only as an object ("sounds good to me").
@@ -107,8 +115,13 @@ pub fn third_person(clause: &str) -> Option<String> {
     }
     // Requests and politeness addressed to the assistant are not statements about the user.
     let opening = lower.first().map(String::as_str).unwrap_or_default();
-    if matches!(opening, "please" | "can" | "could" | "would" | "thanks" | "thank" | "ok" | "okay")
-        && !lower.iter().skip(1).any(|word| matches!(word.as_str(), "i" | "i'm" | "my"))
+    if matches!(
+        opening,
+        "please" | "can" | "could" | "would" | "thanks" | "thank" | "ok" | "okay"
+    ) && !lower
+        .iter()
+        .skip(1)
+        .any(|word| matches!(word.as_str(), "i" | "i'm" | "my"))
     {
         return None;
     }
@@ -132,34 +145,32 @@ pub fn third_person(clause: &str) -> Option<String> {
             "i've" => Some(vec!["the user has"]),
             "i'd" => Some(vec!["the user would"]),
             "i'll" => Some(vec!["the user will"]),
-            "i" | "we" => {
-                match next {
-                    Some("am") | Some("are") => {
-                        index += 1;
-                        Some(vec!["the user is"])
-                    }
-                    Some("was") | Some("were") => {
-                        index += 1;
-                        Some(vec!["the user was"])
-                    }
-                    Some("have") => {
-                        index += 1;
-                        Some(vec!["the user has"])
-                    }
-                    Some("do") => {
-                        index += 1;
-                        Some(vec!["the user does"])
-                    }
-                    Some("don't") | Some("dont") | Some("don’t") => {
-                        index += 1;
-                        Some(vec!["the user doesn't"])
-                    }
-                    _ => {
-                        conjugate_next = true;
-                        Some(vec!["the user"])
-                    }
+            "i" | "we" => match next {
+                Some("am") | Some("are") => {
+                    index += 1;
+                    Some(vec!["the user is"])
                 }
-            }
+                Some("was") | Some("were") => {
+                    index += 1;
+                    Some(vec!["the user was"])
+                }
+                Some("have") => {
+                    index += 1;
+                    Some(vec!["the user has"])
+                }
+                Some("do") => {
+                    index += 1;
+                    Some(vec!["the user does"])
+                }
+                Some("don't") | Some("dont") | Some("don’t") => {
+                    index += 1;
+                    Some(vec!["the user doesn't"])
+                }
+                _ => {
+                    conjugate_next = true;
+                    Some(vec!["the user"])
+                }
+            },
             "we're" => Some(vec!["the user is"]),
             "we've" => Some(vec!["the user has"]),
             "my" | "our" => Some(vec!["the user's"]),
@@ -170,7 +181,11 @@ pub fn third_person(clause: &str) -> Option<String> {
         };
         match replacement {
             Some(parts) => {
-                out.push(format!("{}{}", parts.join(" "), trailing.chars().rev().collect::<String>()));
+                out.push(format!(
+                    "{}{}",
+                    parts.join(" "),
+                    trailing.chars().rev().collect::<String>()
+                ));
             }
             None if conjugate_next => {
                 if language::is_adverb(&bare) {
@@ -193,11 +208,25 @@ pub fn third_person(clause: &str) -> Option<String> {
     // Openers that carry no content ("Yeah, ...", "Well ...", "Actually ...").
     loop {
         let trimmed = text.trim_start();
-        let Some(first) = trimmed.split_whitespace().next() else { break };
+        let Some(first) = trimmed.split_whitespace().next() else {
+            break;
+        };
         let bare = first.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
         if !matches!(
             bare.as_str(),
-            "yeah" | "yes" | "well" | "so" | "actually" | "oh" | "also" | "btw" | "anyway" | "hey" | "hi" | "ok" | "okay"
+            "yeah"
+                | "yes"
+                | "well"
+                | "so"
+                | "actually"
+                | "oh"
+                | "also"
+                | "btw"
+                | "anyway"
+                | "hey"
+                | "hi"
+                | "ok"
+                | "okay"
         ) {
             break;
         }
@@ -230,7 +259,10 @@ pub fn expiry_hours(lower: &str, said_at: DateTime<Utc>) -> Option<f64> {
             return Some(hours);
         }
     }
-    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
     for (index, word) in words.iter().enumerate() {
         // "until Friday", "till Monday": through the end of that day.
         if matches!(*word, "until" | "till" | "til")
@@ -246,8 +278,16 @@ pub fn expiry_hours(lower: &str, said_at: DateTime<Utc>) -> Option<f64> {
         // "for the next 3 days", "for 2 weeks".
         if *word == "for" {
             let rest = &words[index + 1..];
-            let rest = if rest.first() == Some(&"the") { &rest[1..] } else { rest };
-            let rest = if rest.first() == Some(&"next") { &rest[1..] } else { rest };
+            let rest = if rest.first() == Some(&"the") {
+                &rest[1..]
+            } else {
+                rest
+            };
+            let rest = if rest.first() == Some(&"next") {
+                &rest[1..]
+            } else {
+                rest
+            };
             if let (Some(count), Some(unit)) = (rest.first().and_then(|n| language::number(n)), rest.get(1)) {
                 let hours = match unit.trim_end_matches('s') {
                     "hour" => 1.0,
@@ -283,23 +323,85 @@ pub fn classify(lower: &str, time_bound: bool) -> FactType {
         return FactType::Event;
     }
     if any(&[
-        "allergic", "allergy", "intolerant", "vegetarian", "vegan", "pescatarian", "gluten", "diet", "can't eat",
-        "cannot eat", "don't eat", "do not eat", "no longer eat", "avoid", "kosher", "halal", "budget", "can't have",
-        "sober", "keto",
+        "allergic",
+        "allergy",
+        "intolerant",
+        "vegetarian",
+        "vegan",
+        "pescatarian",
+        "gluten",
+        "diet",
+        "can't eat",
+        "cannot eat",
+        "don't eat",
+        "do not eat",
+        "no longer eat",
+        "avoid",
+        "kosher",
+        "halal",
+        "budget",
+        "can't have",
+        "sober",
+        "keto",
     ]) {
         return FactType::Constraint;
     }
     if any(&[
-        "love", "loves", "like", "likes", "prefer", "enjoy", "hate", "dislike", "favorite", "favourite", "fan of",
-        "into", "switching to", "switched to", "switch to", "can't stand", "rather", "obsessed",
+        "love",
+        "loves",
+        "like",
+        "likes",
+        "prefer",
+        "enjoy",
+        "hate",
+        "dislike",
+        "favorite",
+        "favourite",
+        "fan of",
+        "into",
+        "switching to",
+        "switched to",
+        "switch to",
+        "can't stand",
+        "rather",
+        "obsessed",
     ]) {
         return FactType::Preference;
     }
     if any(&[
-        "my name", "years old", "live in", "living in", "moved to", "moving to", "relocated", "work at", "work for",
-        "work as", "job", "born", "married", "wife", "husband", "partner", "daughter", "son", "kids", "children",
-        "i'm from", "i am from", "grew up", "engineer", "teacher", "nurse", "doctor", "student", "studying",
-        "retired", "girlfriend", "boyfriend", "pronouns",
+        "my name",
+        "years old",
+        "live in",
+        "living in",
+        "moved to",
+        "moving to",
+        "relocated",
+        "work at",
+        "work for",
+        "work as",
+        "job",
+        "born",
+        "married",
+        "wife",
+        "husband",
+        "partner",
+        "daughter",
+        "son",
+        "kids",
+        "children",
+        "i'm from",
+        "i am from",
+        "grew up",
+        "engineer",
+        "teacher",
+        "nurse",
+        "doctor",
+        "student",
+        "studying",
+        "retired",
+        "girlfriend",
+        "boyfriend",
+        "pronouns",
     ]) {
         return FactType::Identity;
     }
@@ -320,11 +422,20 @@ pub fn playbook(clause: &str) -> Option<CandidatePlaybook> {
         .or_else(|| lower.strip_prefix("every time "))
     {
         let comma = rest.find(',')?;
-        (rest[..comma].trim().to_owned(), rest[comma + 1..].trim().to_owned())
-    } else if let Some(position) = lower.find("my routine for ").or_else(|| lower.find("my process for ")) {
+        (
+            rest[..comma].trim().to_owned(),
+            rest[comma + 1..].trim().to_owned(),
+        )
+    } else if let Some(position) = lower
+        .find("my routine for ")
+        .or_else(|| lower.find("my process for "))
+    {
         let rest = &lower[position + 15..];
         let colon = rest.find([':', ','])?;
-        (rest[..colon].trim().to_owned(), rest[colon + 1..].trim().to_owned())
+        (
+            rest[..colon].trim().to_owned(),
+            rest[colon + 1..].trim().to_owned(),
+        )
     } else {
         return None;
     };
@@ -334,7 +445,13 @@ pub fn playbook(clause: &str) -> Option<CandidatePlaybook> {
         .flat_map(|part| part.split(" then "))
         .flat_map(|part| part.split(", and "))
         .flat_map(|part| part.split(", "))
-        .map(|step| step.trim().trim_start_matches("i ").trim_start_matches("then ").trim().to_owned())
+        .map(|step| {
+            step.trim()
+                .trim_start_matches("i ")
+                .trim_start_matches("then ")
+                .trim()
+                .to_owned()
+        })
         .filter(|step| !step.is_empty())
         .collect();
     if steps.len() < 2 || trigger.is_empty() {
@@ -387,13 +504,16 @@ impl Judge for OfflineJudge {
                     .iter()
                     .filter(|token| !language::is_slot_word(token))
                     .all(|token| candidate_tokens.contains(token));
-                let event_meets_lasting = candidate.fact_type == FactType::Event
-                    && shown_fact.fact.fact_type != FactType::Event;
+                let event_meets_lasting =
+                    candidate.fact_type == FactType::Event && shown_fact.fact.fact_type != FactType::Event;
                 let alias = shown_fact.alias.clone();
                 if event_meets_lasting || (keeps_value && !changing) {
                     return Ok(judgement(
                         Verdict::Extends(alias),
-                        format!("same {} slot; adds detail without replacing the value", slot.name()),
+                        format!(
+                            "same {} slot; adds detail without replacing the value",
+                            slot.name()
+                        ),
                     ));
                 }
                 if slot.is_exclusive() || changing {
@@ -417,7 +537,10 @@ impl Judge for OfflineJudge {
                 "close in meaning and about the same subject".to_owned(),
             ));
         }
-        Ok(judgement(Verdict::New, "no shown fact holds this slot or subject".to_owned()))
+        Ok(judgement(
+            Verdict::New,
+            "no shown fact holds this slot or subject".to_owned(),
+        ))
     }
 }
 
@@ -429,17 +552,33 @@ mod tests {
     fn first_person_statements_become_third_person_facts() {
         let cases = [
             ("I love Adidas sneakers", "The user loves Adidas sneakers."),
-            ("My Adidas broke after a month", "The user's Adidas broke after a month."),
+            (
+                "My Adidas broke after a month",
+                "The user's Adidas broke after a month.",
+            ),
             ("I'm switching to Puma", "The user is switching to Puma."),
-            ("I moved to Berlin last month", "The user moved to Berlin last month."),
-            ("I just started a new job at Stripe", "The user just started a new job at Stripe."),
+            (
+                "I moved to Berlin last month",
+                "The user moved to Berlin last month.",
+            ),
+            (
+                "I just started a new job at Stripe",
+                "The user just started a new job at Stripe.",
+            ),
             ("I don't eat meat anymore", "The user doesn't eat meat anymore."),
             ("I have an exam tomorrow", "The user has an exam tomorrow."),
-            ("Yeah, I usually watch films with my sister", "The user usually watches films with the user's sister."),
+            (
+                "Yeah, I usually watch films with my sister",
+                "The user usually watches films with the user's sister.",
+            ),
             ("I am allergic to peanuts", "The user is allergic to peanuts."),
         ];
         for (said, expected) in cases {
-            assert_eq!(third_person(said).as_deref(), Some(expected), "rewriting {said:?}");
+            assert_eq!(
+                third_person(said).as_deref(),
+                Some(expected),
+                "rewriting {said:?}"
+            );
         }
         assert_eq!(third_person("ok thanks"), None);
         assert_eq!(third_person("sounds good to me"), None);
@@ -473,10 +612,17 @@ mod tests {
 
     #[test]
     fn procedures_become_playbooks() {
-        let found = playbook("When I deploy, I first run the tests, then tag the release, then update the changelog")
-            .expect("a playbook");
+        let found =
+            playbook("When I deploy, I first run the tests, then tag the release, then update the changelog")
+                .expect("a playbook");
         assert_eq!(found.trigger, "i deploy");
-        assert_eq!(found.steps, vec!["run the tests", "tag the release", "update the changelog"]);
-        assert!(playbook("When it rains, I stay home").is_none(), "one step is not a procedure");
+        assert_eq!(
+            found.steps,
+            vec!["run the tests", "tag the release", "update the changelog"]
+        );
+        assert!(
+            playbook("When it rains, I stay home").is_none(),
+            "one step is not a procedure"
+        );
     }
 }

@@ -1,0 +1,760 @@
+//! Consolidation end to end: the offline pipeline, and a FAKE LLM provider — a scripted
+//! server on loopback speaking the OpenAI and Anthropic wire formats — so the real
+//! provider client, retries and parsing run.
+
+use super::{ALL, call, config, harness_with, token};
+use actix_web::http::{Method, StatusCode};
+use actix_web::test;
+use actix_web::web;
+use cairn_server::{build_state, http, spawn_consolidation_worker};
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the fake does to the next call, before answering from its script.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    Status(u16, Option<&'static str>),
+    Malformed,
+    Refusal,
+    Sleep(Duration),
+}
+
+/// A scripted extracted fact: text, fact_type, expires_in_hours.
+pub type ScriptedFact = (&'static str, &'static str, Option<f64>);
+
+/// The fake's script: facts to extract per user message, and verdicts per candidate.
+#[derive(Default)]
+pub struct Script {
+    /// (exact user message, [(fact text, fact_type, expires_in_hours)])
+    pub extract: Vec<(&'static str, Vec<ScriptedFact>)>,
+    /// (candidate text contains, verdict, target: a substring of a shown fact, or a raw alias)
+    pub judge: Vec<(&'static str, &'static str, Target)>,
+    pub faults: VecDeque<Fault>,
+    pub calls: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Target {
+    /// The alias of the shown fact containing this text.
+    Shown(&'static str),
+    /// Exactly this string, shown or not.
+    Raw(&'static str),
+}
+
+pub type SharedScript = Arc<Mutex<Script>>;
+
+fn answer(script: &mut Script, prompt: &str) -> Value {
+    if let Some(candidate) = prompt.strip_prefix("Candidate: ") {
+        let candidate = candidate.lines().next().unwrap_or_default();
+        let rule = script
+            .judge
+            .iter()
+            .find(|(needle, _, _)| candidate.contains(needle));
+        let Some((_, verdict, target)) = rule else {
+            return json!({ "verdict": "NEW", "target": null, "reason": "scripted: unrelated" });
+        };
+        let target = match target {
+            Target::Raw(raw) => json!(raw),
+            Target::Shown(text) => prompt
+                .lines()
+                .filter_map(|line| line.split_once(": "))
+                .find(|(alias, fact)| alias.starts_with('m') && fact.contains(text))
+                .map_or(Value::Null, |(alias, _)| json!(alias)),
+        };
+        return json!({ "verdict": verdict, "target": target, "reason": "scripted verdict" });
+    }
+    let mut facts = Vec::new();
+    for line in prompt.lines() {
+        let Some(rest) = line.strip_prefix("- id=") else {
+            continue;
+        };
+        let Some((id, rest)) = rest.split_once(" at=") else {
+            continue;
+        };
+        let Some((_, text)) = rest.split_once(": ") else {
+            continue;
+        };
+        for (message, extracted) in &script.extract {
+            if *message == text {
+                for (fact, kind, hours) in extracted {
+                    facts.push(json!({
+                        "text": fact, "fact_type": kind, "confidence": 0.9,
+                        "expires_in_hours": hours, "valid_from": null, "valid_to": null,
+                        "source_episode_ids": [id], "span": text
+                    }));
+                }
+            }
+        }
+    }
+    json!({ "facts": facts, "playbooks": [] })
+}
+
+/// Starts the fake on loopback; returns its base URL.
+pub async fn fake_llm(script: SharedScript) -> String {
+    let server = actix_web::HttpServer::new(move || {
+        let script = Arc::clone(&script);
+        actix_web::App::new().default_service(web::to(move |request: actix_web::HttpRequest, body: web::Json<Value>| {
+            let script = Arc::clone(&script);
+            async move {
+                let anthropic = request.path().ends_with("/messages");
+                let (fault, reply) = {
+                    let mut script = script.lock().expect("script lock");
+                    script.calls += 1;
+                    let prompt = if anthropic {
+                        body["messages"][0]["content"].as_str().unwrap_or_default().to_owned()
+                    } else {
+                        body["messages"][1]["content"].as_str().unwrap_or_default().to_owned()
+                    };
+                    let fault = script.faults.pop_front();
+                    (fault, answer(&mut script, &prompt))
+                };
+                let mut content = reply.to_string();
+                match fault {
+                    Some(Fault::Sleep(duration)) => tokio::time::sleep(duration).await,
+                    Some(Fault::Status(status, retry_after)) => {
+                        let mut response = actix_web::HttpResponse::build(
+                            actix_web::http::StatusCode::from_u16(status).expect("status"),
+                        );
+                        if let Some(seconds) = retry_after {
+                            response.insert_header(("retry-after", seconds));
+                        }
+                        return response.json(json!({ "error": { "message": "scripted failure" } }));
+                    }
+                    Some(Fault::Malformed) => content = "Sure! Here are the facts: facts = [oops".to_owned(),
+                    Some(Fault::Refusal) => {
+                        return actix_web::HttpResponse::Ok().json(if anthropic {
+                            json!({ "stop_reason": "refusal", "content": [], "usage": { "input_tokens": 5, "output_tokens": 0 } })
+                        } else {
+                            json!({ "choices": [{ "message": { "role": "assistant", "content": null,
+                                "refusal": "I can't help with that." } }], "usage": { "prompt_tokens": 5, "completion_tokens": 0 } })
+                        });
+                    }
+                    None => {}
+                }
+                let usage_in = body.to_string().len() as u64 / 4;
+                actix_web::HttpResponse::Ok().json(if anthropic {
+                    let input: Value = serde_json::from_str(&content).unwrap_or(Value::String(content.clone()));
+                    if input.is_object() {
+                        json!({ "stop_reason": "tool_use", "content": [{ "type": "tool_use", "id": "t1",
+                            "name": "record", "input": input }],
+                            "usage": { "input_tokens": usage_in, "output_tokens": 40 } })
+                    } else {
+                        json!({ "stop_reason": "end_turn", "content": [{ "type": "text", "text": content }],
+                            "usage": { "input_tokens": usage_in, "output_tokens": 40 } })
+                    }
+                } else {
+                    json!({ "choices": [{ "message": { "role": "assistant", "content": content } }],
+                        "usage": { "prompt_tokens": usage_in, "completion_tokens": 40 } })
+                })
+            }
+        }))
+    })
+    .workers(1)
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let address = server.addrs()[0];
+    actix_web::rt::spawn(server.run());
+    format!("http://{address}")
+}
+
+fn sneaker_script() -> Script {
+    Script {
+        extract: vec![
+            (
+                "I love Adidas sneakers",
+                vec![("The user loves Adidas sneakers.", "preference", None)],
+            ),
+            (
+                "My Adidas broke after a month",
+                vec![("The user's Adidas sneakers broke after a month.", "event", None)],
+            ),
+            (
+                "I'm switching to Puma",
+                vec![("The user is switching to Puma sneakers.", "preference", None)],
+            ),
+        ],
+        judge: vec![
+            ("broke after a month", "EXTENDS", Target::Shown("loves Adidas")),
+            ("switching to Puma", "UPDATES", Target::Shown("loves Adidas")),
+        ],
+        ..Script::default()
+    }
+}
+
+fn llm_config(config: &mut cairn_server::config::Config, kind: &str, url: String) {
+    config.llm_kind = Some(kind.to_owned());
+    config.llm_base_url = Some(url);
+    config.llm_model = Some("scripted".to_owned());
+    config.llm_api_key = Some("fake-key".to_owned());
+    config.llm_retry_backoff_ms = 10;
+    config.llm_max_retries = 2;
+    config.llm_input_price_per_mtok = 1.0;
+    config.llm_output_price_per_mtok = 2.0;
+}
+
+macro_rules! ingest {
+    ($service:expr, $bearer:expr, $user:expr, $($messages:tt)+) => {{
+        let (status, body, _) = call(
+            $service,
+            Method::POST,
+            &format!("/v1/users/{}/episodes", $user),
+            Some($bearer),
+            Some(json!({ "messages": json!($($messages)+), "consolidate": "sync" })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body
+    }};
+}
+
+macro_rules! facts {
+    ($service:expr, $bearer:expr, $user:expr) => {{
+        let (status, body, _) = call(
+            $service,
+            Method::GET,
+            &format!("/v1/users/{}/facts?status=all&limit=100", $user),
+            Some($bearer),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["items"].as_array().cloned().unwrap_or_default()
+    }};
+}
+
+macro_rules! decisions {
+    ($service:expr, $bearer:expr, $user:expr) => {{
+        let (status, body, _) = call(
+            $service,
+            Method::GET,
+            &format!("/v1/users/{}/decisions?limit=100", $user),
+            Some($bearer),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["items"].as_array().cloned().unwrap_or_default()
+    }};
+}
+
+fn status_of<'a>(facts: &'a [Value], needle: &str) -> Vec<&'a str> {
+    facts
+        .iter()
+        .filter(|fact| fact["text"].as_str().unwrap_or_default().contains(needle))
+        .map(|fact| fact["status"].as_str().unwrap_or_default())
+        .collect()
+}
+
+async fn sneaker_sequence(llm: Option<(&str, SharedScript)>) {
+    let url = match &llm {
+        Some((_, script)) => Some(fake_llm(Arc::clone(script)).await),
+        None => None,
+    };
+    let kind = llm.as_ref().map(|(kind, _)| (*kind).to_owned());
+    let harness = harness_with(move |config| {
+        if let (Some(kind), Some(url)) = (kind, url) {
+            llm_config(config, &kind, url);
+        }
+    })
+    .await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    for said in [
+        "I love Adidas sneakers",
+        "My Adidas broke after a month",
+        "I'm switching to Puma",
+    ] {
+        let body = ingest!(service, &owner, "sam", [{ "role": "user", "content": said }]);
+        assert_eq!(body["consolidation"]["ran"], true, "{body}");
+    }
+    let facts = facts!(service, &owner, "sam");
+    assert_eq!(status_of(&facts, "loves Adidas"), ["superseded"], "{facts:#?}");
+    assert_eq!(status_of(&facts, "Puma"), ["active"], "{facts:#?}");
+    assert_eq!(
+        status_of(&facts, "broke"),
+        ["active"],
+        "an event extends, it does not retire"
+    );
+
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/sam/recall",
+        Some(&owner),
+        Some(json!({ "query": "what sneakers should I buy", "k": 3, "tiers": ["semantic"] })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let hits = body["hits"].as_array().expect("hits");
+    assert!(
+        hits.iter()
+            .all(|hit| hit["status"] == "active"
+                && !hit["text"].as_str().unwrap_or("").contains("loves Adidas")),
+        "no stale fact in the top 3: {hits:#?}"
+    );
+    assert!(
+        hits.iter()
+            .any(|hit| hit["text"].as_str().unwrap_or("").contains("Puma")),
+        "{hits:#?}"
+    );
+
+    let decisions = decisions!(service, &owner, "sam");
+    let kinds: Vec<&str> = decisions
+        .iter()
+        .filter_map(|decision| decision["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"UPDATES") && kinds.contains(&"EXTENDS") && kinds.contains(&"NEW"),
+        "{kinds:?}"
+    );
+}
+
+#[actix_web::test]
+async fn the_sneaker_sequence_ends_with_puma_current_offline() {
+    sneaker_sequence(None).await;
+}
+
+#[actix_web::test]
+async fn the_sneaker_sequence_ends_with_puma_current_with_a_scripted_openai_provider() {
+    let script = Arc::new(Mutex::new(sneaker_script()));
+    sneaker_sequence(Some(("openai", Arc::clone(&script)))).await;
+    assert!(
+        script.lock().expect("lock").calls >= 5,
+        "3 extractions and 2 judgements at least"
+    );
+}
+
+#[actix_web::test]
+async fn the_sneaker_sequence_ends_with_puma_current_with_a_scripted_anthropic_provider() {
+    let script = Arc::new(Mutex::new(sneaker_script()));
+    sneaker_sequence(Some(("anthropic", Arc::clone(&script)))).await;
+}
+
+#[actix_web::test]
+async fn what_only_the_assistant_said_is_not_remembered() {
+    let script = Arc::new(Mutex::new(Script {
+        extract: vec![
+            // A model that wrongly attributes the assistant's suggestion to the user.
+            (
+                "ok thanks",
+                vec![(
+                    "The user plans to buy the Nimbus 25 running shoes.",
+                    "preference",
+                    None,
+                )],
+            ),
+            (
+                "I bought the Nimbus 25",
+                vec![("The user bought the Nimbus 25.", "event", None)],
+            ),
+        ],
+        ..Script::default()
+    }));
+    let url = fake_llm(Arc::clone(&script)).await;
+    let harness = harness_with(move |config| llm_config(config, "openai", url)).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let body = ingest!(
+        service,
+        &owner,
+        "kim",
+        [
+            { "role": "assistant", "content": "For long runs, try the Nimbus 25." },
+            { "role": "user", "content": "ok thanks" }
+        ]
+    );
+    let decisions = body["consolidation"]["run"]["decisions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        decisions
+            .iter()
+            .any(|decision| decision["kind"] == "DROPPED_UNGROUNDED"
+                && decision["reason"].as_str().unwrap_or("").contains("nimbus")),
+        "{body}"
+    );
+    assert!(
+        facts!(service, &owner, "kim").is_empty(),
+        "no fact mentions Nimbus"
+    );
+
+    ingest!(service, &owner, "kim", [{ "role": "user", "content": "I bought the Nimbus 25" }]);
+    let facts = facts!(service, &owner, "kim");
+    assert_eq!(status_of(&facts, "Nimbus 25"), ["active"], "{facts:#?}");
+
+    // Offline, the same conversation yields nothing about Nimbus either: the assistant
+    // text is never read by the offline extractor.
+    let offline = harness_with(|_| {}).await;
+    ingest!(
+        &offline.service,
+        &owner,
+        "kim",
+        [
+            { "role": "assistant", "content": "For long runs, try the Nimbus 25." },
+            { "role": "user", "content": "ok thanks" }
+        ]
+    );
+    assert!(facts!(&offline.service, &owner, "kim").is_empty());
+}
+
+#[actix_web::test]
+async fn a_retracted_fact_stays_retracted_when_old_episodes_are_re_read() {
+    let harness = harness_with(|_| {}).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    ingest!(service, &owner, "lee", [{ "role": "user", "content": "I am allergic to cats" }]);
+    let facts = facts!(service, &owner, "lee");
+    assert_eq!(facts.len(), 1, "{facts:#?}");
+    let id = facts[0]["id"].as_str().expect("id").to_owned();
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        &format!("/v1/users/lee/facts/{id}/retract"),
+        Some(&owner),
+        Some(json!({ "reason": "the user was joking" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/lee/consolidate",
+        Some(&owner),
+        Some(json!({ "from_start": true })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["episodes_read"], 1, "{body}");
+    let kinds: Vec<&str> = body["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["BLOCKED_BY_TOMBSTONE"], "{body}");
+    let facts = facts!(service, &owner, "lee");
+    assert_eq!(
+        status_of(&facts, "allergic"),
+        ["retracted"],
+        "not re-created: {facts:#?}"
+    );
+
+    // The user says it again, first-hand and later than the tombstone: it comes back.
+    let body = ingest!(service, &owner, "lee", [{ "role": "user", "content": "I'm allergic to cats" }]);
+    let kinds: Vec<&str> = body["consolidation"]["run"]["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"TOMBSTONE_LIFTED") && kinds.contains(&"NEW"),
+        "{kinds:?}"
+    );
+    let facts = facts!(service, &owner, "lee");
+    let mut statuses = status_of(&facts, "allergic");
+    statuses.sort_unstable();
+    assert_eq!(statuses, ["active", "retracted"], "{facts:#?}");
+}
+
+#[actix_web::test]
+async fn a_judge_naming_anything_it_was_not_shown_changes_nothing_elsewhere() {
+    let harness_script = Arc::new(Mutex::new(Script::default()));
+    let url = fake_llm(Arc::clone(&harness_script)).await;
+    let harness = harness_with(move |config| llm_config(config, "openai", url)).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    // Another scope's fact, with a known id.
+    let (status, other, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/other/facts",
+        Some(&owner),
+        Some(json!({ "text": "The user lives in Oslo." })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{other}");
+    let foreign_id: &'static str = Box::leak(
+        other["fact"]["id"]
+            .as_str()
+            .expect("id")
+            .to_owned()
+            .into_boxed_str(),
+    );
+    let (status, _, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/ana/facts",
+        Some(&owner),
+        Some(json!({ "text": "The user lives in Rome." })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    {
+        let mut script = harness_script.lock().expect("lock");
+        script.extract = vec![
+            (
+                "I live in Madrid now",
+                vec![("The user lives in Madrid.", "identity", None)],
+            ),
+            (
+                "I work at Acme",
+                vec![("The user works at Acme.", "identity", None)],
+            ),
+        ];
+        script.judge = vec![
+            ("Madrid", "UPDATES", Target::Raw(foreign_id)),
+            ("Acme", "UPDATES", Target::Raw("m7")),
+        ];
+    }
+    let body = ingest!(
+        service,
+        &owner,
+        "ana",
+        [{ "role": "user", "content": "I live in Madrid now" }, { "role": "user", "content": "I work at Acme" }]
+    );
+    let decisions = body["consolidation"]["run"]["decisions"]
+        .as_array()
+        .cloned()
+        .expect("decisions");
+    assert_eq!(decisions.len(), 2, "{body}");
+    assert!(
+        decisions.iter().all(|decision| decision["kind"] == "NEW"),
+        "{decisions:#?}"
+    );
+    assert!(
+        decisions
+            .iter()
+            .all(|decision| decision["reason"].as_str().unwrap_or("").contains("not shown"))
+    );
+    let other_facts = facts!(service, &owner, "other");
+    assert_eq!(
+        status_of(&other_facts, "Oslo"),
+        ["active"],
+        "the other scope's fact is untouched"
+    );
+    let facts = facts!(service, &owner, "ana");
+    assert_eq!(
+        status_of(&facts, "Rome"),
+        ["active"],
+        "nothing retired on a bad alias"
+    );
+}
+
+#[actix_web::test]
+async fn a_time_bound_fact_expires() {
+    let harness = harness_with(|_| {}).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    ingest!(service, &owner, "eve", [{ "role": "user", "content": "I have an exam tomorrow" }]);
+    let recall = |hours: i64| {
+        let as_of = (chrono::Utc::now() + chrono::Duration::hours(hours)).to_rfc3339();
+        json!({ "query": "exam", "tiers": ["semantic"], "as_of": as_of })
+    };
+    let (_, soon, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/eve/recall",
+        Some(&owner),
+        Some(recall(1)),
+    )
+    .await;
+    assert!(
+        soon["hits"]
+            .as_array()
+            .expect("hits")
+            .iter()
+            .any(|hit| hit["text"].as_str().unwrap_or("").contains("exam")),
+        "{soon}"
+    );
+    let (_, later, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/eve/recall",
+        Some(&owner),
+        Some(recall(72)),
+    )
+    .await;
+    assert!(later["hits"].as_array().expect("hits").is_empty(), "{later}");
+}
+
+#[actix_web::test]
+async fn a_dry_run_writes_nothing() {
+    let harness = harness_with(|_| {}).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/max/episodes",
+        Some(&owner),
+        Some(json!({ "messages": [{ "role": "user", "content": "I moved to Lisbon" }], "consolidate": "none" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let dry = json!({ "dry_run": true });
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/max/consolidate",
+        Some(&owner),
+        Some(dry),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["dry_run"], true);
+    assert_eq!(body["decisions"][0]["kind"], "NEW", "{body}");
+    assert!(
+        facts!(service, &owner, "max").is_empty(),
+        "a dry run writes nothing"
+    );
+    assert!(decisions!(service, &owner, "max").is_empty(), "nor any decision");
+    let (_, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/max/consolidate",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(
+        body["facts_created"][0]["text"], "The user moved to Lisbon.",
+        "{body}"
+    );
+    let (_, again, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/max/consolidate",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(again["episodes_read"], 0, "the watermark moved: {again}");
+    assert_eq!(facts!(service, &owner, "max").len(), 1);
+}
+
+#[actix_web::test]
+async fn provider_failures_keep_episodes_and_retry_later() {
+    let script = Arc::new(Mutex::new(Script {
+        extract: vec![(
+            "I drink oat milk",
+            vec![("The user drinks oat milk.", "preference", None)],
+        )],
+        ..Script::default()
+    }));
+    let url = fake_llm(Arc::clone(&script)).await;
+    let harness = harness_with(move |config| {
+        llm_config(config, "openai", url);
+        config.llm_timeout_ms = 300;
+        config.llm_max_retry_after_ms = 1_000;
+    })
+    .await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let message = json!([{ "role": "user", "content": "I drink oat milk" }]);
+
+    // Each failure that outlasts the retries: the ingest is acknowledged, nothing is written.
+    let failures = [
+        vec![Fault::Status(500, None); 3],
+        vec![Fault::Sleep(Duration::from_millis(800)); 3],
+        vec![Fault::Malformed, Fault::Malformed],
+        vec![Fault::Refusal],
+        vec![Fault::Status(429, Some("120")); 3],
+    ];
+    for (round, faults) in failures.into_iter().enumerate() {
+        script.lock().expect("lock").faults = faults.into();
+        let body = ingest!(service, &owner, "ola", message.clone());
+        assert_eq!(body["consolidation"]["ran"], false, "round {round}: {body}");
+        assert!(
+            body["consolidation"]["error"].is_string(),
+            "round {round}: {body}"
+        );
+        assert!(body["consolidation"]["job_id"].is_string());
+        assert!(
+            facts!(service, &owner, "ola").is_empty(),
+            "round {round}: nothing half-written"
+        );
+    }
+    let (_, episodes, _) = call(service, Method::GET, "/v1/users/ola/episodes", Some(&owner), None).await;
+    assert_eq!(
+        episodes["items"].as_array().map(Vec::len),
+        Some(5),
+        "every episode is stored"
+    );
+
+    // Transient trouble within the retry budget: 429 with Retry-After, a 503, then one
+    // malformed answer that the corrective retry fixes.
+    script.lock().expect("lock").faults = vec![
+        Fault::Status(429, Some("0")),
+        Fault::Status(503, None),
+        Fault::Malformed,
+    ]
+    .into();
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/ola/consolidate",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["episodes_read"], 5, "{body}");
+    assert!(body["usage"]["llm_calls"].as_u64().unwrap_or(0) >= 2, "{body}");
+    assert!(body["usage"]["cost_usd"].as_f64().unwrap_or(0.0) > 0.0, "{body}");
+    let facts = facts!(service, &owner, "ola");
+    assert_eq!(
+        status_of(&facts, "oat milk"),
+        ["active"],
+        "one fact, the rest duplicates: {facts:#?}"
+    );
+
+    let (_, metrics, _) = call(service, Method::GET, "/metrics", None, None).await;
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        metrics.contains("cairn_llm_tokens_total{direction=\"input\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cairn_consolidation_decisions_total{kind=\"NEW\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cairn_consolidation_runs_total{result=\"error\",trigger=\"sync\"} 5"),
+        "{metrics}"
+    );
+}
+
+#[actix_web::test]
+async fn the_background_worker_consolidates_queued_ingests() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let state = web::Data::new(build_state(&config(&directory)).await.expect("state"));
+    let worker = spawn_consolidation_worker(state.clone());
+    let service = test::init_service(http::app(state)).await;
+    let owner = token("acme", ALL);
+    let (status, body, _) = call(
+        &service,
+        Method::POST,
+        "/v1/users/bo/episodes",
+        Some(&owner),
+        Some(json!({ "messages": [{ "role": "user", "content": "I work at Globex" }] })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["consolidation"]["requested"], "async");
+    assert_eq!(body["consolidation"]["queued"], true, "{body}");
+    let mut found = Vec::new();
+    for _ in 0..100 {
+        found = facts!(&service, &owner, "bo");
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.abort();
+    assert_eq!(status_of(&found, "Globex"), ["active"], "{found:#?}");
+}
