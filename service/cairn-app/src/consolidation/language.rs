@@ -425,7 +425,7 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "hired",
             "joined",
             "new job",
-            "quit",
+            "startup",
             "started at",
             "position at",
             "role at",
@@ -537,9 +537,100 @@ const CATEGORY_SLOTS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// The slot of a fact's text, if it has one. "favourite X" is its own exclusive slot.
+/// People and animals a fact can be about other than the user ("the user's sister ...").
+const RELATIONS: &[&str] = &[
+    "sister",
+    "brother",
+    "mother",
+    "mom",
+    "mum",
+    "father",
+    "dad",
+    "wife",
+    "husband",
+    "partner",
+    "son",
+    "daughter",
+    "kids",
+    "children",
+    "friend",
+    "boss",
+    "neighbour",
+    "neighbor",
+    "dog",
+    "cat",
+    "team",
+    "parents",
+    "grandmother",
+    "grandfather",
+    "aunt",
+    "uncle",
+    "cousin",
+    "roommate",
+    "colleague",
+    "girlfriend",
+    "boyfriend",
+];
+
+/// Jobs, so "a nurse at St. Mary's" is about employment.
+const PROFESSIONS: &[&str] = &[
+    "nurse",
+    "engineer",
+    "teacher",
+    "doctor",
+    "developer",
+    "designer",
+    "manager",
+    "tester",
+    "accountant",
+    "lawyer",
+    "chef",
+    "translator",
+    "architect",
+    "analyst",
+    "consultant",
+    "researcher",
+    "scientist",
+    "intern",
+    "programmer",
+    "barista",
+    "cashier",
+    "pilot",
+    "electrician",
+    "plumber",
+    "librarian",
+    "professor",
+    "student",
+];
+
+/// Whether `phrase` occurs in `lower`, also as a plural ("espressos", "shoes").
+fn mentions(lower: &str, phrase: &str) -> bool {
+    contains_phrase(lower, phrase)
+        || contains_phrase(lower, &format!("{phrase}s"))
+        || contains_phrase(lower, &format!("{phrase}es"))
+}
+
+/// The slot of a fact's text, if it has one: an attribute, qualified by whom it is
+/// about when that is not the user ("sister: employment"). "favourite X" is its own
+/// exclusive slot.
 pub fn slot(text: &str) -> Option<Slot> {
     let lower = text.to_lowercase();
+    let about = lower
+        .strip_prefix("the user's ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .filter(|word| RELATIONS.contains(word))
+        .map(stem);
+    attribute_slot(&lower).map(|slot| match about {
+        Some(about) => Slot {
+            name: format!("{about}: {}", slot.name),
+            exclusive: slot.exclusive,
+        },
+        None => slot,
+    })
+}
+
+fn attribute_slot(lower: &str) -> Option<Slot> {
+    let lower = lower.to_owned();
     for marker in ["favourite ", "favorite "] {
         if let Some(position) = lower.find(marker) {
             let rest = &lower[position + marker.len()..];
@@ -552,8 +643,9 @@ pub fn slot(text: &str) -> Option<Slot> {
             }
         }
     }
+    let professional = PROFESSIONS.iter().any(|job| mentions(&lower, job));
     for (name, phrases) in EXCLUSIVE_SLOTS {
-        if phrases.iter().any(|phrase| contains_phrase(&lower, phrase)) {
+        if phrases.iter().any(|phrase| mentions(&lower, phrase)) || (*name == "employment" && professional) {
             return Some(Slot {
                 name: (*name).to_owned(),
                 exclusive: true,
@@ -561,7 +653,7 @@ pub fn slot(text: &str) -> Option<Slot> {
         }
     }
     for (name, phrases) in CATEGORY_SLOTS {
-        if phrases.iter().any(|phrase| contains_phrase(&lower, phrase)) {
+        if phrases.iter().any(|phrase| mentions(&lower, phrase)) {
             return Some(Slot {
                 name: (*name).to_owned(),
                 exclusive: false,
@@ -646,6 +738,14 @@ pub fn announces_change(text: &str) -> bool {
         "cancelled",
         "canceled",
         "moved",
+        "turned",
+        "sold",
+        "left",
+        "became",
+        "now",
+        "these days",
+        "single",
+        "joined",
     ]
     .iter()
     .any(|phrase| contains_phrase(&lower, phrase))
@@ -698,6 +798,18 @@ mod tests {
             Some("footwear".into())
         );
         assert!(slot("The user has a sister.").is_none());
+        assert_eq!(
+            slot("The user's sister Ana works as an architect.").map(|s| s.name),
+            Some("sister: employment".into())
+        );
+        assert_eq!(
+            slot("The user is a nurse at St. Mary's hospital.").map(|s| s.name),
+            Some("employment".into())
+        );
+        assert_eq!(
+            slot("The user drinks three espressos a day.").map(|s| s.name),
+            Some("coffee".into())
+        );
     }
 
     #[test]

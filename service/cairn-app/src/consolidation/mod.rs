@@ -391,21 +391,29 @@ impl Cairn {
             .await?;
 
         for (candidate, vector) in candidates.into_iter().zip(vectors) {
-            // Gate 1: grounding.
+            // Gate 1: grounding. Names, numbers, versions and rare words must come from
+            // the user's own episodes. One that only the assistant said is the classic
+            // invented memory; one nobody said (a model's embellishment, or an assistant
+            // turn no longer at hand when old episodes are re-read) is dropped as well.
             let ungrounded: Vec<String> = language::distinctive_tokens(&candidate.text)
                 .into_iter()
-                .filter(|token| {
-                    let stem = language::stem(token);
-                    !user_words.contains(&stem) && assistant_words.contains(&stem)
-                })
+                .filter(|token| !user_words.contains(&language::stem(token)))
                 .collect();
             if !ungrounded.is_empty() {
+                let from_assistant = ungrounded
+                    .iter()
+                    .any(|token| assistant_words.contains(&language::stem(token)));
                 plan.decide(
                     DecisionKind::DroppedUngrounded,
                     format!(
-                        "\"{}\" carries {} that only the assistant said",
+                        "\"{}\" carries {} that {}",
                         candidate.text,
-                        ungrounded.join(", ")
+                        ungrounded.join(", "),
+                        if from_assistant {
+                            "only the assistant said"
+                        } else {
+                            "the user never said"
+                        }
                     ),
                     None,
                     candidate.source_episode_ids.clone(),

@@ -24,6 +24,7 @@ impl Extractor for OfflineExtractor {
 
     async fn extract(&self, input: &ExtractionInput) -> Result<Extraction> {
         let mut extraction = Extraction::default();
+        let names = known_names(input);
         for episode in &input.episodes {
             for clause in clauses(&episode.text) {
                 if let Some(playbook) = playbook(&clause) {
@@ -33,7 +34,8 @@ impl Extractor for OfflineExtractor {
                     });
                     continue;
                 }
-                let Some(text) = third_person(&clause) else {
+                let Some(text) = third_person(&clause).or_else(|| about_someone_known(&clause, &names))
+                else {
                     continue;
                 };
                 let lower = clause.to_lowercase();
@@ -58,11 +60,47 @@ impl Extractor for OfflineExtractor {
     }
 }
 
+/// Names the user has used (capitalised words after their sentence's first word), in
+/// this batch, the earlier episodes and the known facts.
+fn known_names(input: &ExtractionInput) -> std::collections::HashSet<String> {
+    let texts = input
+        .episodes
+        .iter()
+        .chain(input.earlier.iter())
+        .map(|episode| episode.text.as_str())
+        .chain(input.known_facts.iter().map(|fact| fact.text.as_str()));
+    let mut names = std::collections::HashSet::new();
+    for text in texts {
+        for sentence in sentences(text) {
+            for word in sentence.split_whitespace().skip(1) {
+                let word = word.trim_matches(|c: char| !c.is_alphanumeric());
+                if word.chars().next().is_some_and(char::is_uppercase) && word.len() > 1 && word != "I" {
+                    names.insert(word.to_owned());
+                }
+            }
+        }
+    }
+    names
+}
+
+/// A statement about someone or something the user named before ("Biscuit is a
+/// beagle"), kept as it was said.
+fn about_someone_known(clause: &str, names: &std::collections::HashSet<String>) -> Option<String> {
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let first = words.first()?.trim_matches(|c: char| !c.is_alphanumeric());
+    let verb = words.get(1)?.to_lowercase();
+    if words.len() < 3 || !names.contains(first) || language::is_first_person_start(&verb) {
+        return None;
+    }
+    let text = clause.trim().trim_end_matches([',', ':']);
+    Some(format!("{text}."))
+}
+
 /// Splits a message into statements: sentences, then clauses joined by a conjunction
 /// that starts a new first-person statement ("... and I ...", "..., but my ...").
 pub fn clauses(text: &str) -> Vec<String> {
     let mut result = Vec::new();
-    for sentence in text.split(['.', '!', ';', '\n']) {
+    for sentence in sentences(text) {
         let sentence = sentence.trim();
         if sentence.is_empty() || sentence.ends_with('?') {
             continue;
@@ -94,6 +132,44 @@ pub fn clauses(text: &str) -> Vec<String> {
         }
     }
     result.retain(|clause| !clause.is_empty());
+    result
+}
+
+/// Sentences of a message: split at `.`, `!`, `;` and line breaks, except after a
+/// common abbreviation ("St. Mary's", "Dr. Lee") or inside a number ("5.1").
+fn sentences(text: &str) -> Vec<String> {
+    const ABBREVIATIONS: &[&str] = &[
+        "st", "dr", "mr", "mrs", "ms", "jr", "sr", "vs", "e.g", "i.e", "etc", "mt", "no",
+    ];
+    let mut result = Vec::new();
+    let mut current = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    for (index, &c) in chars.iter().enumerate() {
+        let ends = match c {
+            '!' | ';' | '\n' => true,
+            '.' => {
+                let word: String = current
+                    .chars()
+                    .rev()
+                    .take_while(|c| c.is_alphanumeric() || *c == '.')
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                let next = chars.get(index + 1).copied();
+                let in_number = word.chars().last().is_some_and(|c| c.is_ascii_digit())
+                    && next.is_some_and(|c| c.is_ascii_digit());
+                !(in_number || ABBREVIATIONS.contains(&word.to_lowercase().as_str()))
+            }
+            _ => false,
+        };
+        if ends {
+            result.push(std::mem::take(&mut current));
+        } else {
+            current.push(c);
+        }
+    }
+    result.push(current);
     result
 }
 
@@ -173,9 +249,11 @@ pub fn third_person(clause: &str) -> Option<String> {
             },
             "we're" => Some(vec!["the user is"]),
             "we've" => Some(vec!["the user has"]),
-            "my" | "our" => Some(vec!["the user's"]),
-            "mine" | "ours" => Some(vec!["the user's"]),
-            "me" | "us" => Some(vec!["the user"]),
+            // Once "the user" is the subject, later mentions read "their" and "them".
+            "my" | "our" if out.is_empty() => Some(vec!["the user's"]),
+            "my" | "our" => Some(vec!["their"]),
+            "mine" | "ours" => Some(vec!["theirs"]),
+            "me" | "us" => Some(vec!["them"]),
             "myself" => Some(vec!["themselves"]),
             _ => None,
         };
@@ -507,7 +585,7 @@ impl Judge for OfflineJudge {
                 let event_meets_lasting =
                     candidate.fact_type == FactType::Event && shown_fact.fact.fact_type != FactType::Event;
                 let alias = shown_fact.alias.clone();
-                if event_meets_lasting || (keeps_value && !changing) {
+                if (event_meets_lasting || keeps_value) && !changing {
                     return Ok(judgement(
                         Verdict::Extends(alias),
                         format!(
@@ -569,7 +647,11 @@ mod tests {
             ("I have an exam tomorrow", "The user has an exam tomorrow."),
             (
                 "Yeah, I usually watch films with my sister",
-                "The user usually watches films with the user's sister.",
+                "The user usually watches films with their sister.",
+            ),
+            (
+                "I'm a nurse at St. Mary's hospital",
+                "The user is a nurse at St. Mary's hospital.",
             ),
             ("I am allergic to peanuts", "The user is allergic to peanuts."),
         ];
@@ -590,6 +672,10 @@ mod tests {
         assert_eq!(
             clauses("I love Adidas and I hate Nike. What do you think? My sister runs too"),
             vec!["I love Adidas", "I hate Nike", "My sister runs too"]
+        );
+        assert_eq!(
+            clauses("Django 5.1 is great. I saw Dr. Lee at St. Mary's"),
+            vec!["Django 5.1 is great", "I saw Dr. Lee at St. Mary's"]
         );
     }
 

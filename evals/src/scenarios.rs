@@ -1,0 +1,564 @@
+//! Memory scenarios in the shape of published memory-layer evaluations: each scenario
+//! starts a fresh scope, adds unrelated filler messages, then its own messages one
+//! simulated hour apart (with retractions through the API where it says so), re-runs
+//! consolidation from the start (re-reading old episodes must not bring anything back),
+//! then asks its question at a given time.
+//!
+//! It reports Recall@3 of the expected current facts and the stale rate (share of
+//! scenarios whose top 3 holds an outdated, retracted, expired or invented value) for
+//! three modes — episodes only (RAG), memory (facts), both — and two pipelines: the
+//! offline extractor and judge, and an LLM provider that is a FAKE: a scripted server on
+//! loopback answering what an ideal model would, so the real client and gates run.
+
+use anyhow::Context;
+use cairn_app::{
+    Cairn, ConsolidateMode, ConsolidateOptions, Consolidator, IngestRequest, Message, RecallRequest,
+    RequestContext, Role, Settings,
+};
+use cairn_core::{
+    FactStatus, Memory, MemoryStore, PageRequest, Permission, Principal, Scope, StatusFilter, TenantId, Tier,
+};
+use cairn_inference::llm::{LlmClient, LlmConfig, LlmExtractor, LlmJudge, ProviderKind};
+use cairn_inference::{EmbedderConfig, OnnxEmbedder};
+use cairn_store_sqlite::SqliteStore;
+use chrono::{DateTime, Duration, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Deserialize)]
+struct Suite {
+    /// (message, what an ideal extractor makes of it)
+    fillers: Vec<(String, String)>,
+    scenarios: Vec<Scenario>,
+}
+
+#[derive(Deserialize, Clone)]
+struct Scenario {
+    name: String,
+    kind: String,
+    turns: Vec<Turn>,
+    question: String,
+    ask_after_hours: i64,
+    /// Each expected item: alternative lower-case substrings, any of which counts.
+    expected: Vec<Vec<String>>,
+    /// Lower-case substrings that mark an outdated, retracted, expired or invented value.
+    stale: Vec<String>,
+    script: ScriptSpec,
+}
+
+#[derive(Deserialize, Clone)]
+struct Turn {
+    user: String,
+    #[serde(default)]
+    assistant: Option<String>,
+    /// Retract (through the API) the active fact containing this text, after the turn.
+    #[serde(default)]
+    retract: Option<String>,
+}
+
+#[derive(Deserialize, Clone, Default)]
+struct ScriptSpec {
+    /// (turn index, fact text, fact type, expires_in_hours)
+    facts: Vec<(usize, String, String, Option<f64>)>,
+    /// (candidate contains, verdict, shown fact contains)
+    judge: Vec<(String, String, String)>,
+}
+
+/// What the scripted fake answers for the scenario running now.
+#[derive(Default)]
+struct Script {
+    facts: BTreeMap<String, Vec<(String, String, Option<f64>)>>,
+    judge: Vec<(String, String, String)>,
+}
+
+const FILLERS_PER_SCENARIO: usize = 4;
+const K: usize = 3;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Rag,
+    Memory,
+    Both,
+}
+
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::Rag, Mode::Memory, Mode::Both];
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Rag => "episodes only (RAG)",
+            Mode::Memory => "memory (facts)",
+            Mode::Both => "both",
+        }
+    }
+
+    fn tiers(self) -> Vec<Tier> {
+        match self {
+            Mode::Rag => vec![Tier::Episodic],
+            Mode::Memory => vec![Tier::Semantic],
+            Mode::Both => vec![Tier::Semantic, Tier::Episodic],
+        }
+    }
+}
+
+#[derive(Default, Clone)]
+struct Score {
+    scenarios: usize,
+    recall: f64,
+    stale: usize,
+    stale_names: Vec<String>,
+    missed_names: Vec<String>,
+}
+
+#[allow(clippy::disallowed_methods)]
+fn scope_of(index: usize, pipeline: &str) -> anyhow::Result<Scope> {
+    // The harness plays the authentication layer for its own synthetic tenants.
+    let tenant = TenantId::parse(&format!("scenario-{pipeline}-{index}"))
+        .map_err(|error| anyhow::anyhow!("{error}"))?;
+    Ok(
+        Principal::from_verified_credential("scenario-eval".into(), tenant, None, vec![Permission::Admin])
+            .scope_for("user", Permission::Admin)?,
+    )
+}
+
+/// A minimal HTTP/1.1 server speaking the OpenAI chat-completions shape, answering from
+/// the shared script. One request per connection.
+async fn serve_fake(script: Arc<Mutex<Script>>) -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let script = Arc::clone(&script);
+            tokio::spawn(async move {
+                let mut buffer = Vec::new();
+                let mut chunk = [0u8; 8192];
+                let body_start;
+                loop {
+                    let Ok(read) = socket.read(&mut chunk).await else {
+                        return;
+                    };
+                    if read == 0 {
+                        return;
+                    }
+                    buffer.extend_from_slice(&chunk[..read]);
+                    if let Some(end) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
+                        body_start = end + 4;
+                        break;
+                    }
+                }
+                let head = String::from_utf8_lossy(&buffer[..body_start]).to_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length:"))
+                    .and_then(|value| value.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                while buffer.len() < body_start + length {
+                    let Ok(read) = socket.read(&mut chunk).await else {
+                        return;
+                    };
+                    if read == 0 {
+                        return;
+                    }
+                    buffer.extend_from_slice(&chunk[..read]);
+                }
+                let request: Value =
+                    serde_json::from_slice(&buffer[body_start..body_start + length]).unwrap_or_default();
+                let prompt = request["messages"][1]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let content = match script.lock() {
+                    Ok(script) => answer(&script, &prompt).to_string(),
+                    Err(_) => return,
+                };
+                let body = json!({
+                    "choices": [{ "message": { "role": "assistant", "content": content } }],
+                    "usage": { "prompt_tokens": prompt.len() / 4, "completion_tokens": content.len() / 4 }
+                })
+                .to_string();
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    Ok(format!("http://{address}/v1"))
+}
+
+fn answer(script: &Script, prompt: &str) -> Value {
+    if let Some(rest) = prompt.strip_prefix("Candidate: ") {
+        let candidate = rest.lines().next().unwrap_or_default();
+        for (needle, verdict, target) in &script.judge {
+            if !candidate.contains(needle.as_str()) {
+                continue;
+            }
+            let alias = prompt
+                .lines()
+                .filter_map(|line| line.split_once(": "))
+                .find(|(alias, fact)| alias.starts_with('m') && fact.contains(target.as_str()))
+                .map(|(alias, _)| alias.to_owned());
+            if let Some(alias) = alias {
+                return json!({ "verdict": verdict, "target": alias, "reason": "scripted" });
+            }
+        }
+        return json!({ "verdict": "NEW", "target": null, "reason": "scripted: unrelated" });
+    }
+    let mut facts = Vec::new();
+    for line in prompt.lines() {
+        let Some(rest) = line.strip_prefix("- id=") else {
+            continue;
+        };
+        let Some((id, rest)) = rest.split_once(" at=") else {
+            continue;
+        };
+        let Some((_, text)) = rest.split_once(": ") else {
+            continue;
+        };
+        for (fact, kind, hours) in script.facts.get(text).into_iter().flatten() {
+            facts.push(json!({
+                "text": fact, "fact_type": kind, "confidence": 0.9, "expires_in_hours": hours,
+                "valid_from": null, "valid_to": null, "source_episode_ids": [id], "span": text
+            }));
+        }
+    }
+    json!({ "facts": facts, "playbooks": [] })
+}
+
+async fn ingest(cairn: &Cairn, scope: &Scope, turn: &Turn, at: DateTime<Utc>) -> anyhow::Result<()> {
+    let context = RequestContext {
+        request_id: "scenario".into(),
+    };
+    let mut messages = Vec::new();
+    if let Some(assistant) = &turn.assistant {
+        messages.push(Message {
+            role: Role::Assistant,
+            content: assistant.clone(),
+            timestamp: Some(at),
+        });
+    }
+    messages.push(Message {
+        role: Role::User,
+        content: turn.user.clone(),
+        timestamp: Some(at),
+    });
+    let outcome = cairn
+        .ingest(
+            scope,
+            &context,
+            IngestRequest {
+                messages,
+                session_id: None,
+                consolidate: ConsolidateMode::Sync,
+            },
+        )
+        .await?;
+    if let Some(error) = outcome.consolidation.error {
+        anyhow::bail!("consolidation failed: {error}");
+    }
+    Ok(())
+}
+
+async fn retract(cairn: &Cairn, store: &dyn MemoryStore, scope: &Scope, needle: &str) -> anyhow::Result<()> {
+    let facts = store
+        .list_facts(
+            scope,
+            StatusFilter::Only(FactStatus::Active),
+            Utc::now() + Duration::days(3650),
+            &PageRequest {
+                limit: 100,
+                cursor: None,
+            },
+        )
+        .await?;
+    let context = RequestContext {
+        request_id: "scenario".into(),
+    };
+    for fact in facts
+        .items
+        .iter()
+        .filter(|fact| fact.text.to_lowercase().contains(needle))
+    {
+        cairn
+            .retract_fact(
+                scope,
+                &context,
+                &fact.id,
+                Some("the user said it was never true".into()),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_scenario(
+    cairn: &Cairn,
+    store: &dyn MemoryStore,
+    script: Option<&Arc<Mutex<Script>>>,
+    fillers: &[(String, String)],
+    index: usize,
+    pipeline: &str,
+    scenario: &Scenario,
+    scores: &mut BTreeMap<(&'static str, String), Score>,
+    trace: bool,
+) -> anyhow::Result<()> {
+    let scope = scope_of(index, pipeline)?;
+    if let Some(script) = script {
+        let mut script = script.lock().map_err(|_| anyhow::anyhow!("script lock"))?;
+        script.facts.clear();
+        for (message, fact) in fillers {
+            script
+                .facts
+                .entry(message.clone())
+                .or_default()
+                .push((fact.clone(), "event".into(), None));
+        }
+        for (turn, text, kind, hours) in &scenario.script.facts {
+            let message = &scenario.turns[*turn].user;
+            script
+                .facts
+                .entry(message.clone())
+                .or_default()
+                .push((text.clone(), kind.clone(), *hours));
+        }
+        script.judge = scenario.script.judge.clone();
+    }
+    let base = Utc::now() + Duration::hours(1);
+    let chosen: Vec<&(String, String)> = (0..FILLERS_PER_SCENARIO)
+        .map(|offset| &fillers[(index * 3 + offset) % fillers.len()])
+        .collect();
+    let mut hour = 0;
+    for (message, _) in chosen {
+        let turn = Turn {
+            user: message.clone(),
+            assistant: None,
+            retract: None,
+        };
+        ingest(cairn, &scope, &turn, base + Duration::hours(hour)).await?;
+        hour += 1;
+    }
+    for turn in &scenario.turns {
+        ingest(cairn, &scope, turn, base + Duration::hours(hour))
+            .await
+            .with_context(|| format!("scenario {:?}", scenario.name))?;
+        if let Some(needle) = &turn.retract {
+            retract(cairn, store, &scope, &needle.to_lowercase()).await?;
+        }
+        hour += 1;
+    }
+    // Re-reading every episode must not bring back what was retracted or superseded.
+    let context = RequestContext {
+        request_id: "scenario".into(),
+    };
+    cairn
+        .consolidate(
+            &scope,
+            &context,
+            ConsolidateOptions {
+                dry_run: false,
+                from_start: true,
+            },
+        )
+        .await?;
+    let as_of = base + Duration::hours(hour - 1 + scenario.ask_after_hours);
+    for mode in Mode::ALL {
+        let result = cairn
+            .recall(
+                &scope,
+                RecallRequest {
+                    query: scenario.question.clone(),
+                    tiers: mode.tiers(),
+                    k: Some(K),
+                    as_of: Some(as_of),
+                    include_history: false,
+                    explain: false,
+                    fact_types: Vec::new(),
+                    session_id: None,
+                },
+            )
+            .await?;
+        let texts: Vec<String> = result
+            .hits
+            .iter()
+            .map(|hit| match &hit.memory {
+                Memory::Episode(episode) => episode.text.to_lowercase(),
+                Memory::Fact(fact) => fact.text.to_lowercase(),
+                Memory::Playbook(playbook) => playbook.searchable_text().to_lowercase(),
+            })
+            .collect();
+        let found = scenario
+            .expected
+            .iter()
+            .filter(|alternatives| {
+                alternatives
+                    .iter()
+                    .any(|needle| texts.iter().any(|text| text.contains(needle.as_str())))
+            })
+            .count();
+        let recall = if scenario.expected.is_empty() {
+            1.0
+        } else {
+            found as f64 / scenario.expected.len() as f64
+        };
+        let stale = scenario
+            .stale
+            .iter()
+            .any(|needle| texts.iter().any(|text| text.contains(needle.as_str())));
+        if trace && mode == Mode::Memory && (stale || recall < 1.0) {
+            eprintln!("[{pipeline}] {}: top {K} = {texts:?}", scenario.name);
+            let decisions = store
+                .list_decisions(
+                    &scope,
+                    &PageRequest {
+                        limit: 50,
+                        cursor: None,
+                    },
+                )
+                .await?;
+            for decision in decisions.items.iter().rev() {
+                eprintln!("    {} {}", decision.kind.as_str(), decision.reason);
+            }
+        }
+        for key in [
+            (mode.name(), "all".to_owned()),
+            (mode.name(), scenario.kind.clone()),
+        ] {
+            let score = scores.entry(key).or_default();
+            score.scenarios += 1;
+            score.recall += recall;
+            if stale {
+                score.stale += 1;
+                score.stale_names.push(scenario.name.clone());
+            }
+            if recall < 1.0 {
+                score.missed_names.push(scenario.name.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut arguments = std::env::args().skip(1);
+    let data = PathBuf::from(
+        arguments
+            .next()
+            .unwrap_or_else(|| "evals/scenarios/scenarios.json".into()),
+    );
+    let models = PathBuf::from(arguments.next().unwrap_or_else(|| ".models".into()));
+    let verbose = arguments.any(|argument| argument == "--verbose");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(data, models, verbose))
+}
+
+async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<()> {
+    let suite: Suite = serde_json::from_str(
+        &std::fs::read_to_string(&data).with_context(|| format!("cannot read {}", data.display()))?,
+    )?;
+    let embedder = Arc::new(OnnxEmbedder::load(&EmbedderConfig {
+        runtime_library: models.join("onnxruntime/libonnxruntime.so"),
+        model_dir: models.join("all-minilm-l6-v2"),
+        dimension: 384,
+        intra_threads: 1,
+        max_batch: 32,
+        max_tokens: 256,
+    })?);
+    let script = Arc::new(Mutex::new(Script::default()));
+    let fake_url = serve_fake(Arc::clone(&script)).await?;
+    println!(
+        "{} scenarios, {} filler messages each, k = {K}; the LLM provider is a scripted FAKE on loopback\n",
+        suite.scenarios.len(),
+        FILLERS_PER_SCENARIO
+    );
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    for scenario in &suite.scenarios {
+        *by_kind.entry(scenario.kind.clone()).or_default() += 1;
+    }
+    println!("scenarios per kind: {by_kind:?}\n");
+    println!("| pipeline | mode | Recall@3 | stale rate |");
+    println!("|---|---|---|---|");
+    for pipeline in ["offline", "scripted-llm"] {
+        let directory = tempfile::tempdir()?;
+        let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(directory.path())?);
+        let settings = Settings {
+            bump_usage_on_recall: false,
+            ..Settings::default()
+        };
+        let mut cairn = Cairn::new(Arc::clone(&store), Some(embedder.clone()), settings);
+        let mut shared_script = None;
+        if pipeline == "scripted-llm" {
+            let client = LlmClient::new(LlmConfig {
+                kind: ProviderKind::OpenAi,
+                base_url: fake_url.clone(),
+                model: "scripted".into(),
+                api_key: None,
+                api_version: None,
+                timeout: std::time::Duration::from_secs(10),
+                max_retries: 1,
+                backoff: std::time::Duration::from_millis(10),
+                max_retry_after: std::time::Duration::from_secs(1),
+                input_price_per_mtok: 0.0,
+                output_price_per_mtok: 0.0,
+                max_output_tokens: 1024,
+            })?;
+            cairn = cairn.with_consolidator(Consolidator::new(
+                Arc::new(LlmExtractor::new(client.clone())),
+                Arc::new(LlmJudge::new(client)),
+            ));
+            shared_script = Some(&script);
+        }
+        let mut scores: BTreeMap<(&'static str, String), Score> = BTreeMap::new();
+        for (index, scenario) in suite.scenarios.iter().enumerate() {
+            run_scenario(
+                &cairn,
+                store.as_ref(),
+                shared_script,
+                &suite.fillers,
+                index,
+                pipeline,
+                scenario,
+                &mut scores,
+                verbose,
+            )
+            .await?;
+        }
+        for mode in Mode::ALL {
+            let Some(score) = scores.get(&(mode.name(), "all".to_owned())) else {
+                continue;
+            };
+            println!(
+                "| {pipeline} | {} | {:.3} | {:.1}% ({}/{}) |",
+                mode.name(),
+                score.recall / score.scenarios as f64,
+                100.0 * score.stale as f64 / score.scenarios as f64,
+                score.stale,
+                score.scenarios
+            );
+        }
+        if verbose {
+            for ((mode, kind), score) in &scores {
+                if kind == "all" {
+                    continue;
+                }
+                eprintln!(
+                    "  {pipeline} / {mode} / {kind}: recall {:.2}, stale {}/{} {:?}, missed {:?}",
+                    score.recall / score.scenarios as f64,
+                    score.stale,
+                    score.scenarios,
+                    score.stale_names,
+                    score.missed_names
+                );
+            }
+        }
+    }
+    Ok(())
+}
