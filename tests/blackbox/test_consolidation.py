@@ -1,0 +1,131 @@
+"""Consolidation survives kill -9 mid-run: after a restart the queued job runs once and
+no fact is duplicated. The LLM provider is a FAKE: a scripted OpenAI-compatible server
+on loopback, so the real provider client runs."""
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+class FakeLlm:
+    """Answers extraction prompts with one fact per new user message, and every
+    judgement with NEW. While `hold` is set, extraction requests hang (the process is
+    killed during one)."""
+
+    def __init__(self):
+        self.hold = threading.Event()
+        self.held = threading.Event()
+        self.extractions = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                prompt = body["messages"][1]["content"]
+                if prompt.startswith("Candidate: "):
+                    answer = {"verdict": "NEW", "target": None, "reason": "scripted"}
+                else:
+                    fake.extractions += 1
+                    if fake.hold.is_set():
+                        fake.held.set()
+                        time.sleep(60)
+                        return
+                    facts = []
+                    for match in re.finditer(r"^- id=(\S+) at=\S+: I love (.+)$", prompt, re.M):
+                        facts.append({"text": f"The user loves {match.group(2)}.", "fact_type": "preference",
+                                      "confidence": 0.9, "expires_in_hours": None, "valid_from": None,
+                                      "valid_to": None, "source_episode_ids": [match.group(1)],
+                                      "span": match.group(0)})
+                    answer = {"facts": facts, "playbooks": []}
+                reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": json.dumps(answer)}}],
+                                    "usage": {"prompt_tokens": 10, "completion_tokens": 10}}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def fake_llm():
+    fake = FakeLlm()
+    yield fake
+    fake.close()
+
+
+def wait_for(predicate, seconds=30):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_a_run_killed_mid_consolidation_completes_once_after_restart(make_server, tmp_path, fake_llm):
+    data = tmp_path / "consolidation"
+    env = {"CAIRN_LLM_KIND": "openai", "CAIRN_LLM_BASE_URL": fake_llm.url, "CAIRN_LLM_MODEL": "scripted",
+           "CAIRN_LLM_TIMEOUT_MS": "120000", "CAIRN_CONSOLIDATION_RETRY_BASE_MS": "200"}
+    first = make_server(data, env).start()
+    token = first.mint("acme")
+    fake_llm.hold.set()
+    said = ["I love the Alps", "I love Kyoto", "I love Patagonia"]
+    response = first.call("POST", "/v1/users/ivy/episodes", token,
+                          {"messages": [{"role": "user", "content": text} for text in said]})
+    assert response.status == 201, response.body
+    assert response.json()["consolidation"]["queued"] is True
+    assert fake_llm.held.wait(30), "the worker never asked the provider"
+    first.kill()
+
+    fake_llm.hold.clear()
+    second = make_server(data, env).start()
+
+    def facts():
+        items = second.call("GET", "/v1/users/ivy/facts?status=all&limit=100", token).json()["items"]
+        return items if len(items) >= 3 else None
+
+    items = wait_for(facts)
+    texts = sorted(item["text"] for item in items)
+    assert texts == ["The user loves Kyoto.", "The user loves Patagonia.", "The user loves the Alps."], texts
+    # Nothing left to do: the job is gone and the watermark is past every episode.
+    again = second.call("POST", "/v1/users/ivy/consolidate", token, {})
+    assert again.status == 200, again.body
+    assert again.json()["episodes_read"] == 0
+    time.sleep(1.5)
+    items = second.call("GET", "/v1/users/ivy/facts?status=all&limit=100", token).json()["items"]
+    assert len(items) == 3, "no fact was written twice"
+    decisions = second.call("GET", "/v1/users/ivy/decisions?limit=100", token).json()["items"]
+    assert sorted(d["kind"] for d in decisions) == ["NEW", "NEW", "NEW"], decisions
+
+
+def test_the_offline_pipeline_consolidates_in_the_background(server):
+    token = server.mint("acme")
+    response = server.call("POST", "/v1/users/noa/episodes", token,
+                           {"messages": [{"role": "assistant", "content": "Where do you live these days?"},
+                                         {"role": "user", "content": "I moved to Porto last spring"}]})
+    assert response.status == 201, response.body
+
+    def active():
+        items = server.call("GET", "/v1/users/noa/facts", token).json()["items"]
+        return items or None
+
+    items = wait_for(active)
+    assert [item["text"] for item in items] == ["The user moved to Porto last spring."]
+    metrics = server.call("GET", "/metrics").body
+    assert 'cairn_consolidation_runs_total{result="ok",trigger="job"}' in metrics
