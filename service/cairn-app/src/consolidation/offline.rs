@@ -201,7 +201,33 @@ pub fn third_person(clause: &str) -> Option<String> {
     {
         return None;
     }
-    if lower.len() < 3 {
+    // Two words can state something ("I'm vegetarian"), or only acknowledge ("I see").
+    let acknowledgement = lower.len() == 2
+        && matches!(
+            lower[1].as_str(),
+            "see"
+                | "know"
+                | "agree"
+                | "think"
+                | "guess"
+                | "understand"
+                | "fine"
+                | "good"
+                | "ok"
+                | "okay"
+                | "sure"
+                | "bet"
+                | "mean"
+                | "suppose"
+                | "hope"
+                | "wonder"
+                | "do"
+                | "am"
+                | "will"
+                | "can"
+                | "did"
+        );
+    if lower.len() < 2 || acknowledgement {
         return None;
     }
     let mut out: Vec<String> = Vec::new();
@@ -665,6 +691,11 @@ mod tests {
         assert_eq!(third_person("ok thanks"), None);
         assert_eq!(third_person("sounds good to me"), None);
         assert_eq!(third_person("Nice"), None);
+        assert_eq!(third_person("I see"), None);
+        assert_eq!(
+            third_person("I'm vegetarian"),
+            Some("The user is vegetarian.".into())
+        );
     }
 
     #[test]

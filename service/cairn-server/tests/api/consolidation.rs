@@ -758,3 +758,157 @@ async fn the_background_worker_consolidates_queued_ingests() {
     worker.abort();
     assert_eq!(status_of(&found, "Globex"), ["active"], "{found:#?}");
 }
+
+#[actix_web::test]
+async fn a_failed_job_is_retried_by_the_worker_with_backoff() {
+    let script = Arc::new(Mutex::new(Script {
+        extract: vec![
+            (
+                "I collect vinyl records",
+                vec![("The user collects vinyl records.", "preference", None)],
+            ),
+            // One invalid item beside a valid one: the item is refused, the batch is not.
+            (
+                "I'm a night owl",
+                vec![("The user is a night owl.", "opinion", None)],
+            ),
+        ],
+        faults: vec![Fault::Status(500, None); 3].into(),
+        ..Script::default()
+    }));
+    let url = fake_llm(Arc::clone(&script)).await;
+    let directory = tempfile::tempdir().expect("temp dir");
+    let mut configured = config(&directory);
+    llm_config(&mut configured, "openai", url);
+    configured.consolidation_retry_base_ms = 100;
+    let state = web::Data::new(build_state(&configured).await.expect("state"));
+    let worker = spawn_consolidation_worker(state.clone());
+    let service = test::init_service(http::app(state)).await;
+    let owner = token("acme", ALL);
+    let (status, body, _) = call(
+        &service,
+        Method::POST,
+        "/v1/users/vic/episodes",
+        Some(&owner),
+        Some(json!({ "messages": [
+            { "role": "user", "content": "I collect vinyl records" },
+            { "role": "user", "content": "I'm a night owl" }
+        ] })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut found = Vec::new();
+    for _ in 0..100 {
+        found = facts!(&service, &owner, "vic");
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.abort();
+    assert_eq!(status_of(&found, "vinyl"), ["active"], "{found:#?}");
+    assert_eq!(found.len(), 1, "the invalid item was not written: {found:#?}");
+    let decisions = decisions!(&service, &owner, "vic");
+    assert!(
+        decisions.iter().any(|decision| decision["kind"] == "REFUSED"
+            && decision["reason"].as_str().unwrap_or("").contains("fact_type")),
+        "{decisions:#?}"
+    );
+    let calls = script.lock().expect("lock").calls;
+    assert!(
+        calls >= 4,
+        "three failed calls (one job attempt), then a retry that succeeded: {calls}"
+    );
+    let (_, metrics, _) = call(&service, Method::GET, "/metrics", None, None).await;
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        metrics.contains("cairn_consolidation_runs_total{result=\"error\",trigger=\"job\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cairn_consolidation_runs_total{result=\"ok\",trigger=\"job\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[actix_web::test]
+async fn concurrent_runs_of_one_user_never_double_a_batch() {
+    let harness = harness_with(|_| {}).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let messages: Vec<Value> = [
+        "I live in Nantes",
+        "I work at Airbus",
+        "I'm vegetarian",
+        "I love sailing",
+    ]
+    .iter()
+    .map(|text| json!({ "role": "user", "content": text }))
+    .collect();
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/zoe/episodes",
+        Some(&owner),
+        Some(json!({ "messages": messages, "consolidate": "none" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let run = || {
+        call(
+            service,
+            Method::POST,
+            "/v1/users/zoe/consolidate",
+            Some(&owner),
+            None,
+        )
+    };
+    let (first, second, third) = futures_util::join!(run(), run(), run());
+    let read: Vec<u64> = [first, second, third]
+        .iter()
+        .map(|(status, body, _)| {
+            assert_eq!(*status, StatusCode::OK, "{body}");
+            body["episodes_read"].as_u64().unwrap_or(99)
+        })
+        .collect();
+    assert_eq!(
+        read.iter().sum::<u64>(),
+        4,
+        "exactly one run consumed the batch: {read:?}"
+    );
+    let facts = facts!(service, &owner, "zoe");
+    assert_eq!(
+        facts.len(),
+        4,
+        "{facts:#?} {:#?}",
+        decisions!(service, &owner, "zoe")
+    );
+}
+
+#[actix_web::test]
+async fn a_described_procedure_becomes_a_playbook() {
+    let harness = harness_with(|_| {}).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let body = ingest!(
+        service,
+        &owner,
+        "pat",
+        [{ "role": "user", "content": "When I deploy, I first run the tests, then tag the release, then update the changelog" }]
+    );
+    assert_eq!(body["consolidation"]["run"]["playbooks_created"], 1, "{body}");
+    let (status, playbooks, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/pat/playbooks",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{playbooks}");
+    let steps = playbooks["items"][0]["steps"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(steps.len(), 3, "{playbooks}");
+}
