@@ -124,6 +124,8 @@ pub struct ConsolidationOutcome {
 struct WorkingSet {
     facts: HashMap<String, Fact>,
     retired: HashSet<String>,
+    /// Tombstones lifted earlier in this run (they stay in the run's list of values).
+    lifted: HashSet<String>,
 }
 
 impl WorkingSet {
@@ -226,6 +228,7 @@ impl Cairn {
         let mut working = WorkingSet {
             facts: HashMap::new(),
             retired: HashSet::new(),
+            lifted: HashSet::new(),
         };
         let retracted = self.retracted_values(scope).await?;
         loop {
@@ -431,7 +434,7 @@ impl Cairn {
             let value_fingerprint = fingerprint(&candidate.text);
             let matched = retracted.iter().find(|value| {
                 value.tombstone.lifted_at.is_none()
-                    && !plan.lifted.contains(&value.tombstone.id)
+                    && !working.lifted.contains(&value.tombstone.id)
                     && (value.tombstone.fingerprint == value_fingerprint
                         || value.fact.as_ref().is_some_and(|fact| {
                             let close = match (&vector, &fact.embedding) {
@@ -461,7 +464,7 @@ impl Cairn {
                     );
                     continue;
                 }
-                plan.lifted.insert(value.tombstone.id.clone());
+                working.lifted.insert(value.tombstone.id.clone());
                 plan.changes.push(Change::LiftTombstone {
                     tombstone_id: value.tombstone.id.clone(),
                     at: now(),
@@ -772,7 +775,6 @@ struct Plan {
     decisions: Vec<Decision>,
     created: Vec<Fact>,
     superseded: Vec<String>,
-    lifted: HashSet<String>,
     playbooks: usize,
     usage: Usage,
 }
@@ -787,7 +789,6 @@ impl Plan {
             decisions: Vec::new(),
             created: Vec::new(),
             superseded: Vec::new(),
-            lifted: HashSet::new(),
             playbooks: 0,
             usage: Usage::default(),
         }
