@@ -1,0 +1,163 @@
+//! The HTTP side: one `elasticsearch` client (plain JSON, so it speaks to OpenSearch as
+//! well), engine detection, and the error mapping of cluster answers.
+
+use cairn_core::{Error, Result};
+use elasticsearch::Elasticsearch;
+use elasticsearch::http::headers::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
+use elasticsearch::http::{Method, Url};
+use serde_json::Value;
+use std::time::Duration;
+
+/// Which search engine answers, from `GET /`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    OpenSearch,
+    Elasticsearch,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::OpenSearch => "opensearch",
+            Engine::Elasticsearch => "elasticsearch",
+        }
+    }
+}
+
+/// A cluster answer: HTTP status and JSON body (`Null` when empty).
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Answer {
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+#[derive(Clone)]
+pub struct Cluster {
+    client: Elasticsearch,
+}
+
+impl Cluster {
+    pub fn new(url: &str, timeout: Duration) -> Result<Self> {
+        let url = Url::parse(url).map_err(|error| Error::invalid("cluster_url", error.to_string()))?;
+        let transport = TransportBuilder::new(SingleNodeConnectionPool::new(url))
+            .disable_proxy()
+            .timeout(timeout)
+            .build()
+            .map_err(|error| Error::Unavailable(format!("cluster client: {error}")))?;
+        Ok(Cluster {
+            client: Elasticsearch::new(transport),
+        })
+    }
+
+    /// Sends one request. Transport failures (refused, timed out) are `Unavailable`;
+    /// any HTTP status comes back as an [`Answer`] for the caller to judge.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Result<Answer> {
+        let body = body.map(elasticsearch::http::request::JsonBody::new);
+        let response = self
+            .client
+            .send(method, path, HeaderMap::new(), Some(query), body, None)
+            .await
+            .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
+        let status = response.status_code().as_u16();
+        let text = response
+            .text()
+            .await
+            .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
+        let body = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        if matches!(status, 502..=504) {
+            return Err(Error::Unavailable(format!("search cluster answered {status}")));
+        }
+        Ok(Answer { status, body })
+    }
+
+    /// Like [`Cluster::call`], but any non-2xx status is a storage error naming the request.
+    pub async fn expect(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let answer = self.call(method, path, query, body).await?;
+        if answer.ok() {
+            Ok(answer.body)
+        } else {
+            Err(failure(path, &answer))
+        }
+    }
+
+    /// A `_bulk` request (newline-delimited JSON), refreshing before it answers.
+    pub async fn bulk(&self, body: String) -> Result<Value> {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+        let response = self
+            .client
+            .send(
+                Method::Post,
+                "/_bulk",
+                headers,
+                Some(&[("refresh", "true")]),
+                Some(body),
+                None,
+            )
+            .await
+            .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
+        let status = response.status_code().as_u16();
+        let text = response
+            .text()
+            .await
+            .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        let answer = Answer { status, body };
+        if matches!(status, 502..=504) {
+            return Err(Error::Unavailable(format!("search cluster answered {status}")));
+        }
+        if answer.ok() {
+            Ok(answer.body)
+        } else {
+            Err(failure("/_bulk", &answer))
+        }
+    }
+
+    /// The engine and version of the node, from `GET /`.
+    pub async fn detect(&self) -> Result<(Engine, String)> {
+        let root = self.expect(Method::Get, "/", &[], None).await?;
+        let version = root["version"]["number"].as_str().unwrap_or("unknown").to_owned();
+        let engine = if root["version"]["distribution"] == "opensearch" {
+            Engine::OpenSearch
+        } else {
+            Engine::Elasticsearch
+        };
+        Ok((engine, version))
+    }
+}
+
+/// A storage error for an unexpected answer, with the cluster's reason.
+pub fn failure(path: &str, answer: &Answer) -> Error {
+    let error = &answer.body["error"];
+    let mut reason = error["reason"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| error.to_string());
+    if let Some(cause) = error["caused_by"]["reason"].as_str() {
+        reason.push_str(": ");
+        reason.push_str(cause);
+    }
+    Error::Storage(format!("{path}: {} {reason}", answer.status))
+}

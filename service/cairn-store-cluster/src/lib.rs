@@ -1,0 +1,1159 @@
+//! The search-cluster backend: OpenSearch 2.x/3.x and Elasticsearch 8/9, one index per
+//! record kind (templates in `mappings/`), documents routed by tenant, every query
+//! filtered by tenant and user (inside the kNN clause too).
+//!
+//! A cluster has no multi-document transactions, so a change set is applied in three
+//! steps: every precondition is read and checked (scope, status, version, watermark);
+//! the conditional updates are written with `if_seq_no`/`if_primary_term` (a conflict
+//! undoes the updates already made and is reported as 409, never a silent overwrite);
+//! then inserts, deletes, decisions and audit events. Inserts use `op_type=create`, so a
+//! replayed consolidation batch (deterministic ids) does not double anything. Every
+//! write refreshes the index (`refresh=true`): a write is visible to the next recall.
+
+mod client;
+mod docs;
+pub mod mappings;
+pub mod query;
+
+pub use client::Engine;
+
+use cairn_core::text::fingerprint;
+use cairn_core::{
+    AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact,
+    FactStatus, LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
+    TenantId, TextHit, TextQuery, Tier, Tombstone, UserId, VectorQuery,
+};
+use chrono::{DateTime, Utc};
+use client::{Answer, Cluster, failure};
+use elasticsearch::http::Method;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Positions allocated this long ago are either indexed or lost: a gap older than this
+/// no longer holds consolidation back.
+const GAP_PATIENCE_MICROS: i64 = 30_000_000;
+/// Routing of the store-wide documents (the embedding space).
+const SYSTEM: &str = "_system";
+
+/// The index kinds, each `<prefix>-<kind>`.
+pub const INDICES: [&str; 10] = [
+    "episodes",
+    "facts",
+    "playbooks",
+    "playbook-versions",
+    "edges",
+    "tombstones",
+    "decisions",
+    "audit",
+    "state",
+    "jobs",
+];
+
+#[derive(Clone)]
+pub struct ClusterStore {
+    cluster: Cluster,
+    engine: Engine,
+    version: String,
+    prefix: String,
+    dimension: usize,
+}
+
+/// Percent-encodes an id for a URL path segment.
+fn segment(id: &str) -> String {
+    let mut out = String::new();
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+fn refresh() -> (&'static str, String) {
+    ("refresh", "true".to_owned())
+}
+
+fn routing(scope: &Scope) -> (&'static str, String) {
+    ("routing", scope.tenant().as_str().to_owned())
+}
+
+fn state_id(scope: &Scope) -> String {
+    format!("{}/{}", scope.tenant(), scope.user())
+}
+
+/// A document read for a conditional write.
+struct Versioned {
+    source: Value,
+    seq_no: i64,
+    primary_term: i64,
+}
+
+/// A conditional update planned in the check step.
+struct Update {
+    index: &'static str,
+    id: String,
+    before: Versioned,
+    after: Value,
+}
+
+fn hits(body: &Value) -> Vec<Value> {
+    body["hits"]["hits"].as_array().cloned().unwrap_or_default()
+}
+
+fn cursor_of(hit: &Value) -> Option<String> {
+    let sort = hit["sort"].as_array()?;
+    Some(format!("{}:{}", sort.first()?.as_i64()?, sort.get(1)?.as_str()?))
+}
+
+fn parse_cursor(page: &PageRequest) -> Result<Option<(i64, String)>> {
+    match &page.cursor {
+        None => Ok(None),
+        Some(cursor) => cursor
+            .split_once(':')
+            .and_then(|(time, id)| Some((time.parse::<i64>().ok()?, id.to_owned())))
+            .map(Some)
+            .ok_or_else(|| Error::invalid("cursor", "is not a cursor this service issued")),
+    }
+}
+
+impl ClusterStore {
+    /// Connects and detects the engine and version (`GET /`). Indices are not touched:
+    /// `bootstrap` installs them.
+    pub async fn connect(url: &str, prefix: &str, dimension: usize) -> Result<Self> {
+        let cluster = Cluster::new(url, Duration::from_secs(30))?;
+        let (engine, version) = cluster.detect().await?;
+        Ok(ClusterStore {
+            cluster,
+            engine,
+            version,
+            prefix: prefix.to_owned(),
+            dimension,
+        })
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn index(&self, kind: &str) -> String {
+        format!("{}-{kind}", self.prefix)
+    }
+
+    /// Installs the index templates and creates missing indices. An existing index whose
+    /// mapping disagrees with the template is reported by name and left untouched.
+    pub async fn bootstrap(&self) -> Result<mappings::BootstrapReport> {
+        mappings::bootstrap(&self.cluster, self.engine, &self.prefix, self.dimension).await
+    }
+
+    /// Deletes every index and index template of this prefix (for tests).
+    pub async fn delete_indices(&self) -> Result<()> {
+        for kind in INDICES {
+            for path in [format!("/{}", self.index(kind)), format!("/_index_template/{}", self.index(kind))] {
+                let answer = self.cluster.call(Method::Delete, &path, &[], None).await?;
+                if !answer.ok() && answer.status != 404 {
+                    return Err(failure(&path, &answer));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn get(&self, kind: &str, id: &str, routing_key: &str) -> Result<Option<Versioned>> {
+        let path = format!("/{}/_doc/{}", self.index(kind), segment(id));
+        let answer = self
+            .cluster
+            .call(Method::Get, &path, &[("routing", routing_key.to_owned())], None)
+            .await?;
+        if answer.status == 404 {
+            return Ok(None);
+        }
+        if !answer.ok() {
+            return Err(failure(&path, &answer));
+        }
+        if answer.body["found"] != true {
+            return Ok(None);
+        }
+        Ok(Some(Versioned {
+            source: answer.body["_source"].clone(),
+            seq_no: answer.body["_seq_no"].as_i64().unwrap_or(0),
+            primary_term: answer.body["_primary_term"].as_i64().unwrap_or(1),
+        }))
+    }
+
+    /// The document if it exists and belongs to the scope.
+    async fn owned(&self, scope: &Scope, kind: &str, id: &str) -> Result<Option<Versioned>> {
+        Ok(self
+            .get(kind, id, scope.tenant().as_str())
+            .await?
+            .filter(|doc| docs::in_scope(scope, &doc.source)))
+    }
+
+    /// Creates a document; an existing one with the same id is left as it is (a replay).
+    async fn create(&self, kind: &str, id: &str, routing_key: &str, body: Value) -> Result<()> {
+        let path = format!("/{}/_create/{}", self.index(kind), segment(id));
+        let answer = self
+            .cluster
+            .call(
+                Method::Put,
+                &path,
+                &[("routing", routing_key.to_owned()), refresh()],
+                Some(body),
+            )
+            .await?;
+        if answer.ok() || answer.status == 409 {
+            Ok(())
+        } else {
+            Err(failure(&path, &answer))
+        }
+    }
+
+    /// Writes a document only if it is still at the version read (`None`: only if absent).
+    async fn write_if(
+        &self,
+        kind: &str,
+        id: &str,
+        routing_key: &str,
+        body: Value,
+        version: Option<(i64, i64)>,
+    ) -> Result<Answer> {
+        let index = self.index(kind);
+        let mut query = vec![("routing", routing_key.to_owned()), refresh()];
+        let path = match version {
+            Some((seq_no, primary_term)) => {
+                query.push(("if_seq_no", seq_no.to_string()));
+                query.push(("if_primary_term", primary_term.to_string()));
+                format!("/{index}/_doc/{}", segment(id))
+            }
+            None => format!("/{index}/_create/{}", segment(id)),
+        };
+        let answer = self.cluster.call(Method::Put, &path, &query, Some(body)).await?;
+        if answer.ok() || answer.status == 409 {
+            Ok(answer)
+        } else {
+            Err(failure(&path, &answer))
+        }
+    }
+
+    async fn delete(&self, kind: &str, id: &str, routing_key: &str) -> Result<bool> {
+        let path = format!("/{}/_doc/{}", self.index(kind), segment(id));
+        let answer = self
+            .cluster
+            .call(
+                Method::Delete,
+                &path,
+                &[("routing", routing_key.to_owned()), refresh()],
+                None,
+            )
+            .await?;
+        match answer.status {
+            200..=299 => Ok(true),
+            404 => Ok(false),
+            _ => Err(failure(&path, &answer)),
+        }
+    }
+
+    async fn search(&self, kind: &str, routing_key: Option<&str>, body: Value) -> Result<Value> {
+        let path = format!("/{}/_search", self.index(kind));
+        let query: Vec<(&str, String)> = routing_key
+            .map(|key| vec![("routing", key.to_owned())])
+            .unwrap_or_default();
+        self.cluster.expect(Method::Post, &path, &query, Some(body)).await
+    }
+
+    async fn scoped_search(&self, scope: &Scope, kind: &str, body: Value) -> Result<Vec<Value>> {
+        Ok(hits(
+            &self.search(kind, Some(scope.tenant().as_str()), body).await?,
+        ))
+    }
+
+    /// Sends bulk lines (action, source pairs) with `refresh=true`; any item error fails.
+    async fn bulk(&self, lines: Vec<Value>) -> Result<Value> {
+        if lines.is_empty() {
+            return Ok(Value::Null);
+        }
+        let mut body = String::new();
+        for line in &lines {
+            body.push_str(&line.to_string());
+            body.push('\n');
+        }
+        let answer = self.bulk_raw(body).await?;
+        if answer["errors"] == true {
+            let reason = answer["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|item| item.as_object()?.values().next().cloned())
+                .find(|result| !result["error"].is_null() && result["status"] != 409)
+                .map(|result| result["error"].to_string());
+            if let Some(reason) = reason {
+                return Err(Error::Storage(format!("bulk write: {reason}")));
+            }
+        }
+        Ok(answer)
+    }
+
+    async fn bulk_raw(&self, body: String) -> Result<Value> {
+        // The client sends JSON bodies; NDJSON goes through the raw bulk body type.
+        self.cluster.bulk(body).await
+    }
+
+    async fn page<T>(
+        &self,
+        scope: &Scope,
+        kind: &str,
+        extra: Vec<Value>,
+        sort_field: &str,
+        page: &PageRequest,
+        read: fn(&Value) -> Result<T>,
+    ) -> Result<Page<T>> {
+        let cursor = parse_cursor(page)?;
+        let limit = page.limit.max(1);
+        let body = query::listing(
+            scope,
+            extra,
+            sort_field,
+            limit + 1,
+            cursor.as_ref().map(|(time, id)| (*time, id.as_str())),
+        );
+        let found = self.scoped_search(scope, kind, body).await?;
+        let mut items = Vec::new();
+        let mut next_cursor = None;
+        for (index, hit) in found.iter().enumerate() {
+            if index == limit {
+                next_cursor = found.get(index - 1).and_then(cursor_of);
+                break;
+            }
+            items.push(read(&hit["_source"])?);
+        }
+        Ok(Page { items, next_cursor })
+    }
+
+    async fn state(&self, scope: &Scope) -> Result<Option<Versioned>> {
+        self.get("state", &state_id(scope), scope.tenant().as_str()).await
+    }
+
+    /// Reserves `count` positions in the scope's episode log (compare-and-set on the
+    /// scope's state document, retried on conflict).
+    async fn allocate_positions(&self, scope: &Scope, count: u64) -> Result<u64> {
+        for _ in 0..50 {
+            let current = self.state(scope).await?;
+            let (mut state, version) = match current {
+                Some(doc) => (doc.source, Some((doc.seq_no, doc.primary_term))),
+                None => (
+                    json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope),
+                            "watermark": 0, "allocated": 0 }),
+                    None,
+                ),
+            };
+            let first = state["allocated"].as_u64().unwrap_or(0) + 1;
+            state["allocated"] = json!(first + count - 1);
+            state["allocated_at"] = json!(docs::micros(Utc::now()));
+            let answer = self
+                .write_if("state", &state_id(scope), scope.tenant().as_str(), state, version)
+                .await?;
+            if answer.ok() {
+                return Ok(first);
+            }
+        }
+        Err(Error::Unavailable(
+            "episode positions: too much contention".into(),
+        ))
+    }
+
+    /// Reads and checks every precondition of the change set; returns the conditional
+    /// updates to make.
+    async fn check(&self, scope: &Scope, changes: &[Change]) -> Result<Vec<Update>> {
+        let mut updates = Vec::new();
+        let mut lifted = Vec::new();
+        for change in changes {
+            match change {
+                Change::SupersedeFact {
+                    fact_id,
+                    superseded_by,
+                    at,
+                } => {
+                    let doc = self.fact_doc(scope, fact_id).await?;
+                    let fact = docs::read_fact(&doc.source)?;
+                    if fact.status == FactStatus::Superseded
+                        && fact.superseded_by.as_deref() == Some(superseded_by)
+                    {
+                        continue; // replayed
+                    }
+                    require_status(&fact, &[FactStatus::Active])?;
+                    let mut after = doc.source.clone();
+                    after["status"] = json!("superseded");
+                    after["superseded_at"] = json!(docs::micros(*at));
+                    after["superseded_by"] = json!(superseded_by);
+                    updates.push(Update {
+                        index: "facts",
+                        id: fact_id.clone(),
+                        before: doc,
+                        after,
+                    });
+                }
+                Change::RetractFact { fact_id, reason, at } => {
+                    let doc = self.fact_doc(scope, fact_id).await?;
+                    let fact = docs::read_fact(&doc.source)?;
+                    require_status(&fact, &[FactStatus::Active, FactStatus::Superseded])?;
+                    let mut after = doc.source.clone();
+                    after["status"] = json!("retracted");
+                    after["retracted_at"] = json!(docs::micros(*at));
+                    if let Some(reason) = reason {
+                        after["retraction_reason"] = json!(reason);
+                    }
+                    updates.push(Update {
+                        index: "facts",
+                        id: fact_id.clone(),
+                        before: doc,
+                        after,
+                    });
+                }
+                Change::EraseFact { fact_id } => {
+                    self.fact_doc(scope, fact_id).await?;
+                }
+                Change::LiftTombstone { tombstone_id, at } => {
+                    let doc = self
+                        .owned(scope, "tombstones", tombstone_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "tombstone" })?;
+                    if !doc.source["lifted_at"].is_null() {
+                        return Err(Error::Conflict {
+                            code: "not_active",
+                            message: format!("tombstone {tombstone_id} is already lifted"),
+                        });
+                    }
+                    let mut after = doc.source.clone();
+                    after["lifted_at"] = json!(docs::micros(*at));
+                    lifted.push(doc.source["fingerprint"].as_str().unwrap_or_default().to_owned());
+                    updates.push(Update {
+                        index: "tombstones",
+                        id: tombstone_id.clone(),
+                        before: doc,
+                        after,
+                    });
+                }
+                Change::InsertFact(fact) => {
+                    let value = fingerprint(&fact.text);
+                    if !lifted.contains(&value)
+                        && let Some(tombstone) = self.find_tombstone(scope, &value).await?
+                    {
+                        return Err(Error::Tombstoned {
+                            tombstone_id: tombstone.id,
+                        });
+                    }
+                }
+                Change::AppendPlaybookVersion {
+                    expected_version,
+                    playbook,
+                } => {
+                    let doc = self
+                        .owned(scope, "playbooks", &playbook.id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "playbook" })?;
+                    let current = doc.source["version"].as_u64().unwrap_or(0);
+                    if current != u64::from(*expected_version) {
+                        return Err(Error::Conflict {
+                            code: "version_conflict",
+                            message: format!(
+                                "playbook {} is at version {current}, not {expected_version}",
+                                playbook.id
+                            ),
+                        });
+                    }
+                    let mut after = docs::playbook(scope, playbook);
+                    after["success_count"] = doc.source["success_count"].clone();
+                    after["failure_count"] = doc.source["failure_count"].clone();
+                    after["use_count"] = doc.source["use_count"].clone();
+                    after["created_at"] = doc.source["created_at"].clone();
+                    if !doc.source["last_used_at"].is_null() {
+                        after["last_used_at"] = doc.source["last_used_at"].clone();
+                    }
+                    updates.push(Update {
+                        index: "playbooks",
+                        id: playbook.id.clone(),
+                        before: doc,
+                        after,
+                    });
+                }
+                Change::RecordPlaybookOutcome { playbook_id, .. } => {
+                    self.owned(scope, "playbooks", playbook_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "playbook" })?;
+                }
+                Change::MoveWatermark { expected, to } => {
+                    let doc = self.state(scope).await?;
+                    let current = doc
+                        .as_ref()
+                        .and_then(|doc| doc.source["watermark"].as_u64())
+                        .unwrap_or(0);
+                    if current != *expected {
+                        return Err(Error::Conflict {
+                            code: "watermark_moved",
+                            message: format!(
+                                "another consolidation run moved the watermark from {expected} to {current}"
+                            ),
+                        });
+                    }
+                    let mut after = doc.as_ref().map(|doc| doc.source.clone()).unwrap_or_else(
+                        || json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope), "allocated": 0 }),
+                    );
+                    after["watermark"] = json!(to);
+                    let before = doc.unwrap_or(Versioned {
+                        source: Value::Null,
+                        seq_no: -1,
+                        primary_term: 0,
+                    });
+                    updates.push(Update {
+                        index: "state",
+                        id: state_id(scope),
+                        before,
+                        after,
+                    });
+                }
+                Change::InsertEpisodes(_)
+                | Change::InsertEdge(_)
+                | Change::InsertTombstone(_)
+                | Change::InsertPlaybook(_)
+                | Change::EnqueueJob(_)
+                | Change::CompleteJobs(_) => {}
+            }
+        }
+        Ok(updates)
+    }
+
+    async fn fact_doc(&self, scope: &Scope, fact_id: &str) -> Result<Versioned> {
+        self.owned(scope, "facts", fact_id)
+            .await?
+            .ok_or(Error::NotFound { what: "fact" })
+    }
+
+    /// Writes the conditional updates; on a conflict, puts back the ones already made.
+    async fn apply_updates(&self, scope: &Scope, updates: Vec<Update>) -> Result<()> {
+        let tenant = scope.tenant().as_str();
+        let mut done: Vec<(Update, i64, i64)> = Vec::new();
+        for update in updates {
+            let version =
+                (update.before.seq_no >= 0).then_some((update.before.seq_no, update.before.primary_term));
+            let answer = self
+                .write_if(update.index, &update.id, tenant, update.after.clone(), version)
+                .await?;
+            if answer.status == 409 {
+                for (previous, seq_no, primary_term) in done.into_iter().rev() {
+                    if previous.before.source.is_null() {
+                        let _ = self.delete(previous.index, &previous.id, tenant).await;
+                    } else {
+                        let _ = self
+                            .write_if(
+                                previous.index,
+                                &previous.id,
+                                tenant,
+                                previous.before.source.clone(),
+                                Some((seq_no, primary_term)),
+                            )
+                            .await;
+                    }
+                }
+                return Err(match update.index {
+                    "state" => Error::Conflict {
+                        code: "watermark_moved",
+                        message: "another consolidation run moved the watermark".into(),
+                    },
+                    "playbooks" => Error::Conflict {
+                        code: "version_conflict",
+                        message: format!("playbook {} changed concurrently", update.id),
+                    },
+                    _ => Error::not_active(&format!("{} {}", update.index.trim_end_matches('s'), update.id)),
+                });
+            }
+            let seq_no = answer.body["_seq_no"].as_i64().unwrap_or(0);
+            let primary_term = answer.body["_primary_term"].as_i64().unwrap_or(1);
+            done.push((update, seq_no, primary_term));
+        }
+        Ok(())
+    }
+
+    /// Deletes every document of the scope matching `extra` in one index; returns how many.
+    async fn erase_where(&self, scope: &Scope, kind: &str, extra: Vec<Value>) -> Result<u64> {
+        let mut removed = 0;
+        loop {
+            let mut filter = query::scope_filter(scope);
+            filter.extend(extra.iter().cloned());
+            let body = json!({ "size": 500, "_source": false, "query": { "bool": { "filter": filter } } });
+            let found = self.scoped_search(scope, kind, body).await?;
+            if found.is_empty() {
+                return Ok(removed);
+            }
+            let index = self.index(kind);
+            let lines: Vec<Value> = found
+                .iter()
+                .map(|hit| json!({ "delete": { "_index": index, "_id": hit["_id"], "routing": scope.tenant().as_str() } }))
+                .collect();
+            self.bulk(lines).await?;
+            removed += found.len() as u64;
+        }
+    }
+}
+
+fn require_status(fact: &Fact, allowed: &[FactStatus]) -> Result<()> {
+    if allowed.contains(&fact.status) {
+        Ok(())
+    } else {
+        Err(Error::Conflict {
+            code: "not_active",
+            message: format!(
+                "fact {} is {}, so it cannot be changed this way",
+                fact.id,
+                fact.status.as_str()
+            ),
+        })
+    }
+}
+
+fn memory_of(tier: Tier, source: &Value) -> Result<Memory> {
+    Ok(match tier {
+        Tier::Semantic => Memory::Fact(docs::read_fact(source)?),
+        Tier::Episodic => Memory::Episode(docs::read_episode(source)?.1),
+        Tier::Procedural => Memory::Playbook(docs::read_playbook(source)?),
+    })
+}
+
+fn tier_index(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Semantic => "facts",
+        Tier::Episodic => "episodes",
+        Tier::Procedural => "playbooks",
+    }
+}
+
+#[async_trait::async_trait]
+impl MemoryStore for ClusterStore {
+    async fn ping(&self) -> Result<()> {
+        self.cluster.detect().await.map(|_| ())
+    }
+
+    async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()> {
+        let updates = self.check(scope, &change_set.changes).await?;
+        self.apply_updates(scope, updates).await?;
+        let tenant = scope.tenant().as_str();
+        let mut lines = Vec::new();
+        let mut create = |kind: &str, id: &str, body: Value| {
+            lines.push(json!({ "create": { "_index": self.index(kind), "_id": id, "routing": tenant } }));
+            lines.push(body);
+        };
+        let mut deferred = Vec::new();
+        for change in &change_set.changes {
+            match change {
+                Change::InsertEpisodes(episodes) => {
+                    let first = self.allocate_positions(scope, episodes.len() as u64).await?;
+                    for (offset, episode) in episodes.iter().enumerate() {
+                        create(
+                            "episodes",
+                            &episode.id,
+                            docs::episode(scope, episode, first + offset as u64),
+                        );
+                    }
+                }
+                Change::InsertFact(fact) => create("facts", &fact.id, docs::fact(scope, fact)),
+                Change::InsertEdge(edge) => create("edges", &docs::edge_id(edge), docs::edge(scope, edge)),
+                Change::InsertTombstone(tombstone) => {
+                    create("tombstones", &tombstone.id, docs::tombstone(scope, tombstone))
+                }
+                Change::InsertPlaybook(playbook) => {
+                    create("playbooks", &playbook.id, docs::playbook(scope, playbook));
+                    create(
+                        "playbook-versions",
+                        &format!("{}:{}", playbook.id, playbook.version),
+                        docs::playbook_version(scope, playbook),
+                    );
+                }
+                Change::AppendPlaybookVersion { playbook, .. } => create(
+                    "playbook-versions",
+                    &format!("{}:{}", playbook.id, playbook.version),
+                    docs::playbook_version(scope, playbook),
+                ),
+                Change::EnqueueJob(job) => create("jobs", &job.id, docs::job(scope, job)),
+                Change::EraseFact { .. } | Change::CompleteJobs(_) | Change::RecordPlaybookOutcome { .. } => {
+                    deferred.push(change)
+                }
+                Change::SupersedeFact { .. }
+                | Change::RetractFact { .. }
+                | Change::LiftTombstone { .. }
+                | Change::MoveWatermark { .. } => {}
+            }
+        }
+        for decision in &change_set.decisions {
+            create("decisions", &decision.id, docs::decision(scope, decision));
+        }
+        for event in &change_set.audit {
+            create("audit", &event.id, docs::audit(scope, event));
+        }
+        self.bulk(lines).await?;
+        for change in deferred {
+            match change {
+                Change::EraseFact { fact_id } => {
+                    self.delete("facts", fact_id, tenant).await?;
+                    // Links to the erased fact go with it.
+                    let mut filter = query::scope_filter(scope);
+                    filter.push(json!({ "term": { "superseded_by": fact_id } }));
+                    let body = json!({ "size": 1000, "seq_no_primary_term": true,
+                        "query": { "bool": { "filter": filter } } });
+                    for hit in self.scoped_search(scope, "facts", body).await? {
+                        let mut source = hit["_source"].clone();
+                        if let Value::Object(map) = &mut source {
+                            map.remove("superseded_by");
+                        }
+                        let id = source["id"].as_str().unwrap_or_default().to_owned();
+                        let version = (
+                            hit["_seq_no"].as_i64().unwrap_or(0),
+                            hit["_primary_term"].as_i64().unwrap_or(1),
+                        );
+                        self.write_if("facts", &id, tenant, source, Some(version)).await?;
+                    }
+                    let touching = json!({ "bool": { "should": [
+                        { "term": { "from_fact_id": fact_id } }, { "term": { "to_fact_id": fact_id } }
+                    ], "minimum_should_match": 1 } });
+                    self.erase_where(scope, "edges", vec![touching]).await?;
+                }
+                Change::CompleteJobs(job_ids) => {
+                    for job_id in job_ids {
+                        if self.owned(scope, "jobs", job_id).await?.is_some() {
+                            self.delete("jobs", job_id, tenant).await?;
+                        }
+                    }
+                }
+                Change::RecordPlaybookOutcome {
+                    playbook_id,
+                    success,
+                    at,
+                } => {
+                    let field = if *success {
+                        "success_count"
+                    } else {
+                        "failure_count"
+                    };
+                    let script = json!({ "script": {
+                        "source": format!("ctx._source.{field} += 1; ctx._source.last_used_at = params.at"),
+                        "lang": "painless",
+                        "params": { "at": docs::micros(*at) }
+                    } });
+                    let path = format!("/{}/_update/{}", self.index("playbooks"), segment(playbook_id));
+                    let answer = self
+                        .cluster
+                        .call(
+                            Method::Post,
+                            &path,
+                            &[
+                                ("routing", tenant.to_owned()),
+                                refresh(),
+                                ("retry_on_conflict", "5".into()),
+                            ],
+                            Some(script),
+                        )
+                        .await?;
+                    if !answer.ok() {
+                        return Err(failure(&path, &answer));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>> {
+        self.owned(scope, "facts", fact_id)
+            .await?
+            .map(|doc| docs::read_fact(&doc.source))
+            .transpose()
+    }
+
+    async fn list_facts(
+        &self,
+        scope: &Scope,
+        status: StatusFilter,
+        as_of: DateTime<Utc>,
+        page: &PageRequest,
+    ) -> Result<Page<Fact>> {
+        let status = match status {
+            StatusFilter::All => None,
+            StatusFilter::Only(status) => Some(status),
+        };
+        let extra = query::status_condition(status, docs::micros(as_of));
+        self.page(scope, "facts", extra, "created_at", page, docs::read_fact)
+            .await
+    }
+
+    async fn find_active_facts_by_fingerprint(&self, scope: &Scope, value: &str) -> Result<Vec<Fact>> {
+        let body = query::listing(
+            scope,
+            vec![
+                json!({ "term": { "fingerprint": value } }),
+                json!({ "term": { "status": "active" } }),
+            ],
+            "created_at",
+            100,
+            None,
+        );
+        let mut facts = self
+            .scoped_search(scope, "facts", body)
+            .await?
+            .iter()
+            .map(|hit| docs::read_fact(&hit["_source"]))
+            .collect::<Result<Vec<_>>>()?;
+        facts.reverse();
+        Ok(facts)
+    }
+
+    async fn find_tombstone(&self, scope: &Scope, value: &str) -> Result<Option<Tombstone>> {
+        let body = query::listing(
+            scope,
+            vec![
+                json!({ "term": { "fingerprint": value } }),
+                json!({ "bool": { "must_not": { "exists": { "field": "lifted_at" } } } }),
+            ],
+            "created_at",
+            1,
+            None,
+        );
+        self.scoped_search(scope, "tombstones", body)
+            .await?
+            .first()
+            .map(|hit| docs::read_tombstone(&hit["_source"]))
+            .transpose()
+    }
+
+    async fn get_episode(&self, scope: &Scope, episode_id: &str) -> Result<Option<Episode>> {
+        self.owned(scope, "episodes", episode_id)
+            .await?
+            .map(|doc| docs::read_episode(&doc.source).map(|(_, episode)| episode))
+            .transpose()
+    }
+
+    async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>> {
+        self.page(scope, "episodes", Vec::new(), "position", page, |source| {
+            docs::read_episode(source).map(|(_, episode)| episode)
+        })
+        .await
+    }
+
+    async fn get_playbook(&self, scope: &Scope, playbook_id: &str) -> Result<Option<Playbook>> {
+        self.owned(scope, "playbooks", playbook_id)
+            .await?
+            .map(|doc| docs::read_playbook(&doc.source))
+            .transpose()
+    }
+
+    async fn playbook_versions(&self, scope: &Scope, playbook_id: &str) -> Result<Vec<Playbook>> {
+        let mut filter = query::scope_filter(scope);
+        filter.push(json!({ "term": { "playbook_id": playbook_id } }));
+        let body = json!({ "size": 1000, "query": { "bool": { "filter": filter } }, "sort": [{ "version": "asc" }] });
+        self.scoped_search(scope, "playbook-versions", body)
+            .await?
+            .iter()
+            .map(|hit| docs::read_playbook_version(&hit["_source"]))
+            .collect()
+    }
+
+    async fn list_playbooks(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Playbook>> {
+        self.page(
+            scope,
+            "playbooks",
+            Vec::new(),
+            "created_at",
+            page,
+            docs::read_playbook,
+        )
+        .await
+    }
+
+    async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
+        let Some(body) = query::text_search(scope, &query.filter, &query.text) else {
+            return Ok(Vec::new());
+        };
+        let tier = query.filter.tier;
+        self.scoped_search(scope, tier_index(tier), body)
+            .await?
+            .iter()
+            .map(|hit| {
+                Ok(TextHit {
+                    memory: memory_of(tier, &hit["_source"])?,
+                    score: hit["_score"].as_f64().unwrap_or(0.0),
+                })
+            })
+            .collect()
+    }
+
+    async fn search_vector(&self, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>> {
+        let tier = query.filter.tier;
+        let body = query::vector_search(self.engine, scope, &query.filter, &query.vector);
+        let mut found = self
+            .scoped_search(scope, tier_index(tier), body)
+            .await?
+            .iter()
+            .map(|hit| {
+                Ok(TextHit {
+                    memory: memory_of(tier, &hit["_source"])?,
+                    // Both engines score cosine as (1 + cos) / 2.
+                    score: 2.0 * hit["_score"].as_f64().unwrap_or(0.0) - 1.0,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        found.sort_by(|a, b| b.score.total_cmp(&a.score));
+        Ok(found)
+    }
+
+    async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()> {
+        let body = json!({ "id": "embedding-space", "model_id": model_id, "dimension": dimension });
+        let answer = self
+            .write_if("state", "embedding-space", SYSTEM, body, None)
+            .await?;
+        if answer.ok() {
+            return Ok(());
+        }
+        let recorded = self
+            .get("state", "embedding-space", SYSTEM)
+            .await?
+            .ok_or_else(|| Error::Storage("embedding space vanished".into()))?;
+        let stored_model = recorded.source["model_id"].as_str().unwrap_or_default();
+        let stored_dimension = recorded.source["dimension"].as_u64().unwrap_or(0);
+        if stored_model == model_id && stored_dimension == dimension as u64 {
+            Ok(())
+        } else {
+            Err(Error::Unavailable(format!(
+                "the store holds vectors of {stored_model}/{stored_dimension} but the configured embedding model is \
+                 {model_id}/{dimension}; use the model the data was written with, or a new index prefix"
+            )))
+        }
+    }
+
+    async fn record_usage(&self, scope: &Scope, ids: &[String], at: DateTime<Utc>) -> Result<()> {
+        let script = json!({ "script": {
+            "source": "if (ctx._source.tenant != params.tenant || ctx._source.user != params.user) { ctx.op = 'none' } \
+                       else { ctx._source.use_count += 1; ctx._source.last_used_at = params.at }",
+            "lang": "painless",
+            "params": { "at": docs::micros(at), "tenant": scope.tenant().as_str(), "user": scope.user().as_str() }
+        } });
+        for id in ids {
+            for kind in ["facts", "playbooks"] {
+                let path = format!("/{}/_update/{}", self.index(kind), segment(id));
+                let answer = self
+                    .cluster
+                    .call(
+                        Method::Post,
+                        &path,
+                        &[routing(scope), refresh(), ("retry_on_conflict", "5".into())],
+                        Some(script.clone()),
+                    )
+                    .await?;
+                if answer.ok() {
+                    break;
+                }
+                if answer.status != 404 {
+                    return Err(failure(&path, &answer));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
+        self.page(
+            scope,
+            "decisions",
+            Vec::new(),
+            "created_at",
+            page,
+            docs::read_decision,
+        )
+        .await
+    }
+
+    async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>> {
+        self.page(scope, "audit", Vec::new(), "at", page, docs::read_audit)
+            .await
+    }
+
+    async fn list_tombstones(&self, scope: &Scope) -> Result<Vec<Tombstone>> {
+        let body = query::listing(
+            scope,
+            vec![json!({ "bool": { "must_not": { "exists": { "field": "lifted_at" } } } })],
+            "created_at",
+            1000,
+            None,
+        );
+        self.scoped_search(scope, "tombstones", body)
+            .await?
+            .iter()
+            .map(|hit| docs::read_tombstone(&hit["_source"]))
+            .collect()
+    }
+
+    async fn watermark(&self, scope: &Scope) -> Result<u64> {
+        Ok(self
+            .state(scope)
+            .await?
+            .and_then(|doc| doc.source["watermark"].as_u64())
+            .unwrap_or(0))
+    }
+
+    async fn episodes_after(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {
+        let mut filter = query::scope_filter(scope);
+        filter.push(json!({ "range": { "position": { "gt": position } } }));
+        let body = json!({ "size": limit, "query": { "bool": { "filter": filter } }, "sort": [{ "position": "asc" }] });
+        let found = self.scoped_search(scope, "episodes", body).await?;
+        // Positions are reserved before their episodes are written: stop at a gap unless
+        // the last reservation is old enough that the gap can no longer fill.
+        let settled = self
+            .state(scope)
+            .await?
+            .and_then(|doc| doc.source["allocated_at"].as_i64())
+            .is_none_or(|at| docs::micros(Utc::now()) - at > GAP_PATIENCE_MICROS);
+        let mut expected = position + 1;
+        let mut episodes = Vec::new();
+        for hit in &found {
+            let (at, episode) = docs::read_episode(&hit["_source"])?;
+            if at != expected && !settled {
+                break;
+            }
+            expected = at + 1;
+            episodes.push(LoggedEpisode {
+                position: at,
+                episode,
+            });
+        }
+        Ok(episodes)
+    }
+
+    async fn episodes_up_to(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {
+        let mut filter = query::scope_filter(scope);
+        filter.push(json!({ "range": { "position": { "lte": position } } }));
+        let body = json!({ "size": limit, "query": { "bool": { "filter": filter } }, "sort": [{ "position": "desc" }] });
+        let mut episodes = self
+            .scoped_search(scope, "episodes", body)
+            .await?
+            .iter()
+            .map(|hit| {
+                docs::read_episode(&hit["_source"])
+                    .map(|(position, episode)| LoggedEpisode { position, episode })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        episodes.reverse();
+        Ok(episodes)
+    }
+
+    async fn pending_jobs(&self, scope: &Scope) -> Result<Vec<ConsolidationJob>> {
+        let mut filter = query::scope_filter(scope);
+        filter.push(json!({ "match_all": {} }));
+        let body = json!({ "size": 1000, "query": { "bool": { "filter": filter } }, "sort": [{ "created_at": "asc" }, { "id": "asc" }] });
+        self.scoped_search(scope, "jobs", body)
+            .await?
+            .iter()
+            .map(|hit| docs::read_job(&hit["_source"]))
+            .collect()
+    }
+
+    async fn claim_job(
+        &self,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Option<(Scope, ConsolidationJob)>> {
+        let now = docs::micros(now);
+        let body = json!({
+            "size": 10,
+            "seq_no_primary_term": true,
+            "query": { "bool": { "filter": [
+                { "range": { "run_after": { "lte": now } } },
+                { "bool": { "should": [
+                    { "bool": { "must_not": { "exists": { "field": "leased_until" } } } },
+                    { "range": { "leased_until": { "lte": now } } }
+                ], "minimum_should_match": 1 } }
+            ] } },
+            "sort": [{ "run_after": "asc" }, { "created_at": "asc" }]
+        });
+        for hit in hits(&self.search("jobs", None, body).await?) {
+            let mut source = hit["_source"].clone();
+            let tenant = source["tenant"].as_str().unwrap_or_default().to_owned();
+            source["leased_until"] = json!(docs::micros(lease_until));
+            let version = (
+                hit["_seq_no"].as_i64().unwrap_or(0),
+                hit["_primary_term"].as_i64().unwrap_or(1),
+            );
+            let id = source["id"].as_str().unwrap_or_default().to_owned();
+            let answer = self
+                .write_if("jobs", &id, &tenant, source.clone(), Some(version))
+                .await?;
+            if answer.status == 409 {
+                continue; // another worker took it
+            }
+            let job = docs::read_job(&source)?;
+            // The job was written under an authenticated scope; a document that no longer
+            // parses as one is reported, never guessed at.
+            let tenant = TenantId::parse(&tenant)?;
+            let user = UserId::parse(source["user"].as_str().unwrap_or_default())?;
+            #[allow(clippy::disallowed_methods)]
+            let scope = Scope::of_enqueued_job(tenant, user, job.subject.clone());
+            return Ok(Some((scope, job)));
+        }
+        Ok(None)
+    }
+
+    async fn release_job(
+        &self,
+        scope: &Scope,
+        job_id: &str,
+        run_after: DateTime<Utc>,
+        error: &str,
+    ) -> Result<()> {
+        let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
+            return Ok(());
+        };
+        let mut source = doc.source.clone();
+        source["attempts"] = json!(source["attempts"].as_u64().unwrap_or(0) + 1);
+        source["run_after"] = json!(docs::micros(run_after));
+        source["last_error"] = json!(error);
+        if let Value::Object(map) = &mut source {
+            map.remove("leased_until");
+        }
+        self.write_if(
+            "jobs",
+            job_id,
+            scope.tenant().as_str(),
+            source,
+            Some((doc.seq_no, doc.primary_term)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
+        let receipt = ErasureReceipt {
+            episodes: self.erase_where(scope, "episodes", Vec::new()).await?,
+            facts: self.erase_where(scope, "facts", Vec::new()).await?,
+            playbooks: self.erase_where(scope, "playbooks", Vec::new()).await?,
+            playbook_versions: self.erase_where(scope, "playbook-versions", Vec::new()).await?,
+            edges: self.erase_where(scope, "edges", Vec::new()).await?,
+            tombstones: self.erase_where(scope, "tombstones", Vec::new()).await?,
+            decisions: self.erase_where(scope, "decisions", Vec::new()).await?,
+            jobs: self.erase_where(scope, "jobs", Vec::new()).await?,
+        };
+        self.erase_where(scope, "state", Vec::new()).await?;
+        self.create(
+            "audit",
+            &audit.id,
+            scope.tenant().as_str(),
+            docs::audit(scope, &audit),
+        )
+        .await?;
+        Ok(receipt)
+    }
+}

@@ -1,0 +1,174 @@
+//! Every query body the cluster backend sends is built here, from a [`Scope`] that only
+//! authentication produces. Each starts from [`scope_filter`]; the kNN bodies put it
+//! inside the kNN clause so the cluster pre-filters before ranking. Snapshot tests
+//! (`tests/queries.rs`) pin the bodies for both engines, so a missing scope filter shows
+//! up in review.
+
+use crate::client::Engine;
+use crate::docs::micros;
+use cairn_core::text::query_terms;
+use cairn_core::{Scope, SearchFilter, Tier};
+use serde_json::{Value, json};
+
+/// `tenant` and `user` must both match.
+pub fn scope_filter(scope: &Scope) -> Vec<Value> {
+    vec![
+        json!({ "term": { "tenant": scope.tenant().as_str() } }),
+        json!({ "term": { "user": scope.user().as_str() } }),
+    ]
+}
+
+fn missing_or(field: &str, condition: Value) -> Value {
+    json!({ "bool": { "should": [
+        { "bool": { "must_not": { "exists": { "field": field } } } },
+        condition
+    ], "minimum_should_match": 1 } })
+}
+
+/// Scope plus currency at `as_of` for one tier: the same conditions as the embedded
+/// store's legs.
+pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
+    let mut conditions = scope_filter(scope);
+    let as_of = micros(filter.as_of);
+    match filter.tier {
+        Tier::Semantic => {
+            conditions.push(json!({ "terms": { "status": ["active", "superseded"] } }));
+            conditions.push(json!({ "range": { "created_at": { "lte": as_of } } }));
+            conditions.push(missing_or(
+                "expires_at",
+                json!({ "range": { "expires_at": { "gt": as_of } } }),
+            ));
+            conditions.push(missing_or(
+                "valid_from",
+                json!({ "range": { "valid_from": { "lte": as_of } } }),
+            ));
+            conditions.push(missing_or(
+                "valid_to",
+                json!({ "range": { "valid_to": { "gt": as_of } } }),
+            ));
+            if !filter.include_history {
+                conditions.push(missing_or(
+                    "superseded_at",
+                    json!({ "range": { "superseded_at": { "gt": as_of } } }),
+                ));
+            }
+            if !filter.fact_types.is_empty() {
+                let types: Vec<&str> = filter.fact_types.iter().map(|kind| kind.as_str()).collect();
+                conditions.push(json!({ "terms": { "fact_type": types } }));
+            }
+        }
+        Tier::Episodic => {
+            conditions.push(json!({ "range": { "ingested_at": { "lte": as_of } } }));
+            if let Some(session) = &filter.session_id {
+                conditions.push(json!({ "term": { "session_id": session } }));
+            }
+        }
+        Tier::Procedural => {
+            conditions.push(json!({ "range": { "created_at": { "lte": as_of } } }));
+        }
+    }
+    conditions
+}
+
+/// BM25 over `text`: any of the query's terms (stopwords dropped, as in the embedded
+/// store), inside the tier's scope and currency filter. `None` without a searchable term.
+pub fn text_search(scope: &Scope, filter: &SearchFilter, text: &str) -> Option<Value> {
+    let terms = query_terms(text);
+    if terms.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "size": filter.limit,
+        "track_total_hits": false,
+        "query": { "bool": {
+            "filter": restrictions(scope, filter),
+            "must": { "match": { "text": { "query": terms.join(" "), "operator": "or" } } }
+        } }
+    }))
+}
+
+/// kNN on `embedding`, with the scope and currency filter inside the kNN clause
+/// (OpenSearch `knn.embedding.filter`, Elasticsearch `knn.filter`), so the cluster
+/// pre-filters before ranking. Scores come back as `(1 + cosine) / 2` on both engines.
+pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vector: &[f32]) -> Value {
+    let restrict = json!({ "bool": { "filter": restrictions(scope, filter) } });
+    match engine {
+        Engine::OpenSearch => json!({
+            "size": filter.limit,
+            "query": { "knn": { "embedding": {
+                "vector": vector,
+                "k": filter.limit,
+                "filter": restrict
+            } } }
+        }),
+        Engine::Elasticsearch => json!({
+            "size": filter.limit,
+            "knn": {
+                "field": "embedding",
+                "query_vector": vector,
+                "k": filter.limit,
+                "num_candidates": (filter.limit * 10).max(100),
+                "filter": restrict
+            }
+        }),
+    }
+}
+
+/// Every document of the scope matching `extra`, newest first by `sort_field`, after
+/// the cursor `(time, id)` when given.
+pub fn listing(
+    scope: &Scope,
+    extra: Vec<Value>,
+    sort_field: &str,
+    limit: usize,
+    after: Option<(i64, &str)>,
+) -> Value {
+    let mut filter = scope_filter(scope);
+    filter.extend(extra);
+    let mut body = json!({
+        "size": limit,
+        "query": { "bool": { "filter": filter } },
+        "sort": [ { sort_field: "desc" }, { "id": "desc" } ]
+    });
+    if let Some((time, id)) = after {
+        body["search_after"] = json!([time, id]);
+    }
+    body
+}
+
+/// Facts by their status at `as_of` (`None`: every status).
+pub fn status_condition(status: Option<cairn_core::FactStatus>, as_of: i64) -> Vec<Value> {
+    use cairn_core::FactStatus;
+    let current = || {
+        vec![
+            json!({ "terms": { "status": ["active", "superseded"] } }),
+            json!({ "range": { "created_at": { "lte": as_of } } }),
+            missing_or(
+                "superseded_at",
+                json!({ "range": { "superseded_at": { "gt": as_of } } }),
+            ),
+        ]
+    };
+    match status {
+        None => Vec::new(),
+        Some(FactStatus::Active) => {
+            let mut conditions = current();
+            conditions.push(missing_or(
+                "expires_at",
+                json!({ "range": { "expires_at": { "gt": as_of } } }),
+            ));
+            conditions
+        }
+        Some(FactStatus::Expired) => {
+            let mut conditions = current();
+            conditions.push(json!({ "range": { "expires_at": { "lte": as_of } } }));
+            conditions
+        }
+        Some(FactStatus::Superseded) => vec![
+            json!({ "term": { "status": "superseded" } }),
+            json!({ "range": { "superseded_at": { "lte": as_of } } }),
+        ],
+        Some(FactStatus::Retracted) => vec![json!({ "term": { "status": "retracted" } })],
+        Some(FactStatus::Forgotten) => vec![json!({ "bool": { "must_not": { "match_all": {} } } })],
+    }
+}

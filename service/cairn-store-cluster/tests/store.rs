@@ -1,0 +1,71 @@
+//! The cluster store against the shared conformance suite, on a real node: OpenSearch
+//! when `CAIRN_TEST_OPENSEARCH_URL` is set (`.ci/run` and `scripts/test` start one),
+//! Elasticsearch when `CAIRN_TEST_ELASTICSEARCH_URL` is. Each test gets its own index
+//! prefix, deleted when it ends. Plus snapshots of every query body for both engines.
+
+use cairn_store_cluster::ClusterStore;
+
+/// Deletes the test's indices when the test ends: on its own thread with its own
+/// runtime and client (drop cannot await, and a client is bound to its runtime).
+struct Indices(Option<(String, String)>);
+
+impl Indices {
+    fn of(url: &str, store: &ClusterStore) -> Self {
+        Indices(Some((url.to_owned(), store.prefix().to_owned())))
+    }
+}
+
+impl Drop for Indices {
+    fn drop(&mut self) {
+        if let Some((url, prefix)) = self.0.take() {
+            let _ = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                if let Ok(runtime) = runtime {
+                    let _ = runtime.block_on(async {
+                        let store = ClusterStore::connect(&url, &prefix, 3).await?;
+                        store.delete_indices().await
+                    });
+                }
+            })
+            .join();
+        }
+    }
+}
+
+#[allow(clippy::disallowed_methods)]
+fn url(variable: &str) -> Option<String> {
+    std::env::var(variable).ok().filter(|url| !url.is_empty())
+}
+
+async fn fresh(variable: &str) -> Option<(ClusterStore, Indices)> {
+    let Some(url) = url(variable) else {
+        eprintln!("skipped: {variable} is not set");
+        return None;
+    };
+    let prefix = format!("cairn-test-{}", uuid::Uuid::now_v7().simple());
+    let store = ClusterStore::connect(&url, &prefix, 3)
+        .await
+        .expect("the test cluster answers");
+    store.bootstrap().await.expect("bootstrap");
+    let indices = Indices::of(&url, &store);
+    Some((store, indices))
+}
+
+mod opensearch {
+    cairn_store_tests::conformance_suite!(match super::fresh("CAIRN_TEST_OPENSEARCH_URL").await {
+        Some(pair) => pair,
+        None => return,
+    });
+}
+
+mod elasticsearch {
+    cairn_store_tests::conformance_suite!(match super::fresh("CAIRN_TEST_ELASTICSEARCH_URL").await {
+        Some(pair) => pair,
+        None => return,
+    });
+}
+
+#[path = "store/operations.rs"]
+mod operations;
+#[path = "store/queries.rs"]
+mod queries;

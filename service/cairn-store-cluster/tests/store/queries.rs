@@ -1,0 +1,85 @@
+//! Snapshots of every query body, for both engines. A scope filter that goes missing,
+//! or a kNN filter that moves out of the kNN clause, changes a snapshot.
+
+use cairn_core::{FactStatus, FactType, SearchFilter, Tier};
+use cairn_store_cluster::{Engine, mappings, query};
+use chrono::{DateTime, Utc};
+
+fn filter(tier: Tier) -> SearchFilter {
+    SearchFilter {
+        tier,
+        as_of: DateTime::<Utc>::from_timestamp(1_800_000_000, 0).expect("time"),
+        include_history: false,
+        fact_types: vec![FactType::Preference],
+        session_id: Some("s1".into()),
+        limit: 50,
+    }
+}
+
+#[test]
+fn text_queries_filter_scope_and_currency() {
+    let scope = cairn_store_tests::scope("acme", "alice");
+    for tier in [Tier::Semantic, Tier::Episodic, Tier::Procedural] {
+        let body =
+            query::text_search(&scope, &filter(tier), "Which sneakers does the user like?").expect("terms");
+        insta::assert_json_snapshot!(format!("text_{}", tier.as_str()), body);
+    }
+    assert!(query::text_search(&scope, &filter(Tier::Semantic), "?!").is_none());
+}
+
+#[test]
+fn knn_queries_filter_inside_the_knn_clause() {
+    let scope = cairn_store_tests::scope("acme", "alice");
+    for engine in [Engine::OpenSearch, Engine::Elasticsearch] {
+        let body = query::vector_search(engine, &scope, &filter(Tier::Semantic), &[0.6, 0.8, 0.0]);
+        insta::assert_json_snapshot!(format!("knn_{}", engine.as_str()), body);
+        let inner = match engine {
+            Engine::OpenSearch => &body["query"]["knn"]["embedding"]["filter"],
+            Engine::Elasticsearch => &body["knn"]["filter"],
+        };
+        let text = inner.to_string();
+        assert!(
+            text.contains("\"tenant\":\"acme\"") && text.contains("\"user\":\"alice\""),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn listings_and_status_conditions() {
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let body = query::listing(
+        &scope,
+        query::status_condition(Some(FactStatus::Active), 1_800_000_000_000_000),
+        "created_at",
+        21,
+        Some((1_700_000_000_000_000, "fact_x")),
+    );
+    insta::assert_json_snapshot!("listing_active_facts", body);
+}
+
+#[test]
+fn templates_per_engine() {
+    for engine in [Engine::OpenSearch, Engine::Elasticsearch] {
+        let facts = mappings::template(engine, "cairn", "facts", 384).expect("template");
+        insta::assert_json_snapshot!(format!("template_facts_{}", engine.as_str()), facts);
+        let vector = &facts["template"]["mappings"]["properties"]["embedding"];
+        match engine {
+            Engine::OpenSearch => {
+                assert_eq!(vector["type"], "knn_vector");
+                assert_eq!(vector["method"]["engine"], "lucene");
+                assert_eq!(facts["template"]["settings"]["knn"], true);
+            }
+            Engine::Elasticsearch => {
+                assert_eq!(vector["type"], "dense_vector");
+                assert_eq!(vector["similarity"], "cosine");
+            }
+        }
+        for kind in cairn_store_cluster::INDICES {
+            let template = mappings::template(engine, "cairn", kind, 384).expect("template");
+            let properties = &template["template"]["mappings"]["properties"];
+            assert_eq!(properties["tenant"]["type"], "keyword", "{kind}");
+            assert_eq!(properties["user"]["type"], "keyword", "{kind}");
+        }
+    }
+}
