@@ -16,6 +16,7 @@ pub mod wire;
 use anyhow::Context;
 use cairn_app::{Cairn, ConsolidationSettings, Consolidator, Settings};
 use cairn_core::MemoryStore;
+use cairn_store_cluster::{ClusterStore, Engine};
 use cairn_store_sqlite::SqliteStore;
 use config::{Backend, Config};
 use std::sync::Arc;
@@ -32,10 +33,56 @@ pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn MemoryStore>> {
             })?;
             Ok(Arc::new(store))
         }
-        Backend::Opensearch | Backend::Elasticsearch => {
-            anyhow::bail!("CAIRN_BACKEND: the search-cluster backend is not part of this build; use embedded")
-        }
+        Backend::Opensearch | Backend::Elasticsearch => Ok(Arc::new(cluster_store(config)?)),
     }
+}
+
+/// The search-cluster store of the configuration (not contacted yet).
+pub fn cluster_store(config: &Config) -> anyhow::Result<ClusterStore> {
+    let engine = match config.backend {
+        Backend::Elasticsearch => Engine::Elasticsearch,
+        _ => Engine::OpenSearch,
+    };
+    let url = config
+        .cluster_url
+        .as_deref()
+        .context("CAIRN_CLUSTER_URL is required with a search-cluster backend")?;
+    ClusterStore::new(url, engine, &config.index_prefix, config.embedding_dimension)
+        .map_err(|error| anyhow::anyhow!("CAIRN_CLUSTER_URL: {error}"))
+}
+
+/// Brings a search-cluster store into service in the background: bootstrap (retried
+/// every 2 s while the cluster is unreachable), then the embedding-space check. Until
+/// then readiness fails and reads and writes answer 503; a mapping that disagrees with
+/// `mappings/` stops it with the problem in the log and in every refusal.
+pub fn prepare_cluster(store: ClusterStore, cairn: Cairn) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            match store.bootstrap().await {
+                Ok(report) => {
+                    tracing::info!(
+                        engine = store.engine().as_str(),
+                        version = %store.version(),
+                        created = report.created.len(),
+                        existing = report.existing.len(),
+                        "search cluster ready"
+                    );
+                    if let Err(error) = cairn.claim_embedding_space().await {
+                        tracing::error!(error = %error, "the search cluster holds vectors of another embedding model");
+                    }
+                    return;
+                }
+                Err(error @ cairn_core::Error::Conflict { .. }) => {
+                    tracing::error!(error = %error, "search cluster indices do not match mappings/; not using them");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error, "search cluster not ready; retrying in 2 s");
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
+            }
+        }
+    })
 }
 
 /// The HS256 secret development mode uses when no key is configured: read from the data
@@ -88,7 +135,14 @@ fn write_private_file(path: &std::path::Path, contents: &str) -> anyhow::Result<
 pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
     let secret = dev_secret(config)?;
     let verifier = auth::Verifier::from_config(config, secret.as_deref())?;
-    let store = open_store(config)?;
+    let cluster = match config.backend {
+        Backend::Embedded => None,
+        Backend::Opensearch | Backend::Elasticsearch => Some(cluster_store(config)?),
+    };
+    let store: Arc<dyn MemoryStore> = match &cluster {
+        Some(cluster) => Arc::new(cluster.clone()),
+        None => open_store(config)?,
+    };
     let embedder = cairn_inference::OnnxEmbedder::load(&config.embedder())
         .context("the embedding model could not be loaded (CAIRN_MODELS_DIR)")?;
     let settings = Settings {
@@ -147,10 +201,16 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         .context("CAIRN_RERANK_MODEL_DIR")?;
         cairn = cairn.with_reranker(Arc::new(reranker));
     }
-    cairn
-        .claim_embedding_space()
-        .await
-        .context("CAIRN_EMBEDDING_MODEL_DIR")?;
+    match cluster {
+        // The cluster may be down at start: it is brought into service in the background.
+        Some(cluster) => {
+            prepare_cluster(cluster, cairn.clone());
+        }
+        None => cairn
+            .claim_embedding_space()
+            .await
+            .context("CAIRN_EMBEDDING_MODEL_DIR")?,
+    }
     http::AppState::new(
         cairn,
         verifier,

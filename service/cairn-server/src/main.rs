@@ -3,8 +3,8 @@
 use actix_web::{HttpServer, web};
 use anyhow::Context;
 use cairn_server::auth::{MintRequest, mint, parse_ttl};
-use cairn_server::config::Config;
-use cairn_server::{build_state, http, open_store, spawn_consolidation_worker, telemetry};
+use cairn_server::config::{Backend, Config};
+use cairn_server::{build_state, cluster_store, http, open_store, spawn_consolidation_worker, telemetry};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -64,16 +64,42 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Installs or checks the storage: the embedded schema, or the search cluster's index
+/// templates and indices (idempotent; a mapping mismatch is an error naming the index).
+fn bootstrap(config: &Config) -> anyhow::Result<()> {
+    match config.backend {
+        Backend::Embedded => {
+            open_store(config)?;
+            println!("storage is ready (embedded, {})", config.data_dir.display());
+            Ok(())
+        }
+        Backend::Opensearch | Backend::Elasticsearch => {
+            let store = cluster_store(config)?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let report = runtime
+                .block_on(store.bootstrap())
+                .map_err(|error| anyhow::anyhow!("CAIRN_CLUSTER_URL: {error}"))?;
+            println!(
+                "storage is ready ({} {}, prefix {}): {} indices created, {} already in place",
+                store.engine().as_str(),
+                store.version(),
+                config.index_prefix,
+                report.created.len(),
+                report.existing.len()
+            );
+            Ok(())
+        }
+    }
+}
+
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
         Command::Serve => serve(config),
-        Command::Bootstrap => {
-            open_store(&config)?;
-            println!("storage is ready ({:?} backend)", config.backend);
-            Ok(())
-        }
+        Command::Bootstrap => bootstrap(&config),
         Command::Token {
             command:
                 TokenCommand::Mint {

@@ -27,6 +27,7 @@ use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, failure};
 use elasticsearch::http::Method;
 use serde_json::{Value, json};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Positions allocated this long ago are either indexed or lost: a gap older than this
@@ -53,9 +54,20 @@ pub const INDICES: [&str; 10] = [
 pub struct ClusterStore {
     cluster: Cluster,
     engine: Engine,
-    version: String,
+    version: Arc<RwLock<String>>,
     prefix: String,
     dimension: usize,
+    status: Arc<RwLock<Status>>,
+}
+
+/// Whether the indices are known to be in place: reads and writes wait for it.
+#[derive(Clone, Debug)]
+enum Status {
+    /// Not bootstrapped yet (the cluster may be down); the reason is reported.
+    Pending(String),
+    Ready,
+    /// Bootstrap found indices it must not write into.
+    Refused(String),
 }
 
 /// Percent-encodes an id for a URL path segment.
@@ -119,26 +131,60 @@ fn parse_cursor(page: &PageRequest) -> Result<Option<(i64, String)>> {
 }
 
 impl ClusterStore {
+    /// A store for the cluster at `url` speaking `engine`, without contacting it: reads
+    /// and writes answer `Unavailable` until [`ClusterStore::bootstrap`] has succeeded.
+    pub fn new(url: &str, engine: Engine, prefix: &str, dimension: usize) -> Result<Self> {
+        Ok(ClusterStore {
+            cluster: Cluster::new(url, Duration::from_secs(30))?,
+            engine,
+            version: Arc::new(RwLock::new(String::new())),
+            prefix: prefix.to_owned(),
+            dimension,
+            status: Arc::new(RwLock::new(Status::Pending(
+                "the search cluster has not been reached yet".into(),
+            ))),
+        })
+    }
+
     /// Connects and detects the engine and version (`GET /`). Indices are not touched:
     /// `bootstrap` installs them.
     pub async fn connect(url: &str, prefix: &str, dimension: usize) -> Result<Self> {
-        let cluster = Cluster::new(url, Duration::from_secs(30))?;
-        let (engine, version) = cluster.detect().await?;
-        Ok(ClusterStore {
-            cluster,
-            engine,
-            version,
-            prefix: prefix.to_owned(),
-            dimension,
-        })
+        let probe = Cluster::new(url, Duration::from_secs(30))?;
+        let (engine, version) = probe.detect().await?;
+        let store = ClusterStore::new(url, engine, prefix, dimension)?;
+        if let Ok(mut slot) = store.version.write() {
+            *slot = version;
+        }
+        Ok(store)
+    }
+
+    fn ready(&self) -> Result<()> {
+        let status = self
+            .status
+            .read()
+            .map_err(|_| Error::Storage("store status lock poisoned".into()))?;
+        match &*status {
+            Status::Ready => Ok(()),
+            Status::Pending(reason) | Status::Refused(reason) => Err(Error::Unavailable(reason.clone())),
+        }
+    }
+
+    fn set_status(&self, status: Status) {
+        if let Ok(mut slot) = self.status.write() {
+            *slot = status;
+        }
     }
 
     pub fn engine(&self) -> Engine {
         self.engine
     }
 
-    pub fn version(&self) -> &str {
-        &self.version
+    /// The engine version seen at the last bootstrap.
+    pub fn version(&self) -> String {
+        self.version
+            .read()
+            .map(|version| version.clone())
+            .unwrap_or_default()
     }
 
     pub fn prefix(&self) -> &str {
@@ -149,16 +195,53 @@ impl ClusterStore {
         format!("{}-{kind}", self.prefix)
     }
 
-    /// Installs the index templates and creates missing indices. An existing index whose
-    /// mapping disagrees with the template is reported by name and left untouched.
+    /// Checks the engine (`GET /`), installs the index templates and creates missing
+    /// indices; then reads and writes are allowed. An existing index whose mapping
+    /// disagrees with the template is reported by name, left untouched, and the store
+    /// refuses to read or write until it is fixed.
     pub async fn bootstrap(&self) -> Result<mappings::BootstrapReport> {
-        mappings::bootstrap(&self.cluster, self.engine, &self.prefix, self.dimension).await
+        let (engine, version) = match self.cluster.detect().await {
+            Ok(found) => found,
+            Err(error) => {
+                self.set_status(Status::Pending(error.to_string()));
+                return Err(error);
+            }
+        };
+        if engine != self.engine {
+            let message = format!(
+                "the cluster is {} {version}, but the backend is configured as {}",
+                engine.as_str(),
+                self.engine.as_str()
+            );
+            self.set_status(Status::Refused(message.clone()));
+            return Err(Error::Unavailable(message));
+        }
+        if let Ok(mut slot) = self.version.write() {
+            *slot = version;
+        }
+        match mappings::bootstrap(&self.cluster, self.engine, &self.prefix, self.dimension).await {
+            Ok(report) => {
+                self.set_status(Status::Ready);
+                Ok(report)
+            }
+            Err(error @ Error::Conflict { .. }) => {
+                self.set_status(Status::Refused(error.to_string()));
+                Err(error)
+            }
+            Err(error) => {
+                self.set_status(Status::Pending(error.to_string()));
+                Err(error)
+            }
+        }
     }
 
     /// Deletes every index and index template of this prefix (for tests).
     pub async fn delete_indices(&self) -> Result<()> {
         for kind in INDICES {
-            for path in [format!("/{}", self.index(kind)), format!("/_index_template/{}", self.index(kind))] {
+            for path in [
+                format!("/{}", self.index(kind)),
+                format!("/_index_template/{}", self.index(kind)),
+            ] {
                 let answer = self.cluster.call(Method::Delete, &path, &[], None).await?;
                 if !answer.ok() && answer.status != 404 {
                     return Err(failure(&path, &answer));
@@ -638,10 +721,24 @@ fn tier_index(tier: Tier) -> &'static str {
 #[async_trait::async_trait]
 impl MemoryStore for ClusterStore {
     async fn ping(&self) -> Result<()> {
-        self.cluster.detect().await.map(|_| ())
+        self.ready()?;
+        // Answering is not enough: after a restart the shards recover before writes work.
+        let path = format!("/_cluster/health/{}-*", self.prefix);
+        let health = self
+            .cluster
+            .expect(Method::Get, &path, &[("timeout", "2s".to_owned())], None)
+            .await?;
+        match health["status"].as_str() {
+            Some("green") | Some("yellow") => Ok(()),
+            other => Err(Error::Unavailable(format!(
+                "search cluster indices are {}",
+                other.unwrap_or("unknown")
+            ))),
+        }
     }
 
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()> {
+        self.ready()?;
         let updates = self.check(scope, &change_set.changes).await?;
         self.apply_updates(scope, updates).await?;
         let tenant = scope.tenant().as_str();
@@ -771,6 +868,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>> {
+        self.ready()?;
         self.owned(scope, "facts", fact_id)
             .await?
             .map(|doc| docs::read_fact(&doc.source))
@@ -784,6 +882,7 @@ impl MemoryStore for ClusterStore {
         as_of: DateTime<Utc>,
         page: &PageRequest,
     ) -> Result<Page<Fact>> {
+        self.ready()?;
         let status = match status {
             StatusFilter::All => None,
             StatusFilter::Only(status) => Some(status),
@@ -794,6 +893,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn find_active_facts_by_fingerprint(&self, scope: &Scope, value: &str) -> Result<Vec<Fact>> {
+        self.ready()?;
         let body = query::listing(
             scope,
             vec![
@@ -815,6 +915,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn find_tombstone(&self, scope: &Scope, value: &str) -> Result<Option<Tombstone>> {
+        self.ready()?;
         let body = query::listing(
             scope,
             vec![
@@ -833,6 +934,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn get_episode(&self, scope: &Scope, episode_id: &str) -> Result<Option<Episode>> {
+        self.ready()?;
         self.owned(scope, "episodes", episode_id)
             .await?
             .map(|doc| docs::read_episode(&doc.source).map(|(_, episode)| episode))
@@ -840,6 +942,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>> {
+        self.ready()?;
         self.page(scope, "episodes", Vec::new(), "position", page, |source| {
             docs::read_episode(source).map(|(_, episode)| episode)
         })
@@ -847,6 +950,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn get_playbook(&self, scope: &Scope, playbook_id: &str) -> Result<Option<Playbook>> {
+        self.ready()?;
         self.owned(scope, "playbooks", playbook_id)
             .await?
             .map(|doc| docs::read_playbook(&doc.source))
@@ -854,6 +958,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn playbook_versions(&self, scope: &Scope, playbook_id: &str) -> Result<Vec<Playbook>> {
+        self.ready()?;
         let mut filter = query::scope_filter(scope);
         filter.push(json!({ "term": { "playbook_id": playbook_id } }));
         let body = json!({ "size": 1000, "query": { "bool": { "filter": filter } }, "sort": [{ "version": "asc" }] });
@@ -865,6 +970,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn list_playbooks(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Playbook>> {
+        self.ready()?;
         self.page(
             scope,
             "playbooks",
@@ -877,6 +983,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
+        self.ready()?;
         let Some(body) = query::text_search(scope, &query.filter, &query.text) else {
             return Ok(Vec::new());
         };
@@ -894,6 +1001,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn search_vector(&self, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>> {
+        self.ready()?;
         let tier = query.filter.tier;
         let body = query::vector_search(self.engine, scope, &query.filter, &query.vector);
         let mut found = self
@@ -937,6 +1045,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn record_usage(&self, scope: &Scope, ids: &[String], at: DateTime<Utc>) -> Result<()> {
+        self.ready()?;
         let script = json!({ "script": {
             "source": "if (ctx._source.tenant != params.tenant || ctx._source.user != params.user) { ctx.op = 'none' } \
                        else { ctx._source.use_count += 1; ctx._source.last_used_at = params.at }",
@@ -967,6 +1076,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
+        self.ready()?;
         self.page(
             scope,
             "decisions",
@@ -979,11 +1089,13 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>> {
+        self.ready()?;
         self.page(scope, "audit", Vec::new(), "at", page, docs::read_audit)
             .await
     }
 
     async fn list_tombstones(&self, scope: &Scope) -> Result<Vec<Tombstone>> {
+        self.ready()?;
         let body = query::listing(
             scope,
             vec![json!({ "bool": { "must_not": { "exists": { "field": "lifted_at" } } } })],
@@ -999,6 +1111,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn watermark(&self, scope: &Scope) -> Result<u64> {
+        self.ready()?;
         Ok(self
             .state(scope)
             .await?
@@ -1007,6 +1120,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn episodes_after(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {
+        self.ready()?;
         let mut filter = query::scope_filter(scope);
         filter.push(json!({ "range": { "position": { "gt": position } } }));
         let body = json!({ "size": limit, "query": { "bool": { "filter": filter } }, "sort": [{ "position": "asc" }] });
@@ -1035,6 +1149,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn episodes_up_to(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {
+        self.ready()?;
         let mut filter = query::scope_filter(scope);
         filter.push(json!({ "range": { "position": { "lte": position } } }));
         let body = json!({ "size": limit, "query": { "bool": { "filter": filter } }, "sort": [{ "position": "desc" }] });
@@ -1052,6 +1167,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn pending_jobs(&self, scope: &Scope) -> Result<Vec<ConsolidationJob>> {
+        self.ready()?;
         let mut filter = query::scope_filter(scope);
         filter.push(json!({ "match_all": {} }));
         let body = json!({ "size": 1000, "query": { "bool": { "filter": filter } }, "sort": [{ "created_at": "asc" }, { "id": "asc" }] });
@@ -1067,6 +1183,7 @@ impl MemoryStore for ClusterStore {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<Option<(Scope, ConsolidationJob)>> {
+        self.ready()?;
         let now = docs::micros(now);
         let body = json!({
             "size": 10,
@@ -1114,6 +1231,7 @@ impl MemoryStore for ClusterStore {
         run_after: DateTime<Utc>,
         error: &str,
     ) -> Result<()> {
+        self.ready()?;
         let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
             return Ok(());
         };
@@ -1136,6 +1254,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
+        self.ready()?;
         let receipt = ErasureReceipt {
             episodes: self.erase_where(scope, "episodes", Vec::new()).await?,
             facts: self.erase_where(scope, "facts", Vec::new()).await?,

@@ -40,6 +40,13 @@ async fn bootstrap_is_idempotent_and_reports_a_wrong_mapping() {
     assert!(message.contains(&format!("{wrong}-facts")), "{message}");
     assert!(message.contains("text is keyword, expected text"), "{message}");
     assert_eq!(error.code(), "mapping_mismatch");
+    use cairn_core::MemoryStore;
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let refused = other.get_fact(&scope, "fact_x").await;
+    assert!(
+        matches!(refused, Err(cairn_core::Error::Unavailable(ref reason)) if reason.contains("mapping")),
+        "{refused:?}"
+    );
 }
 
 /// Creates an index with a plain HTTP request (std only), as an operator might by hand.

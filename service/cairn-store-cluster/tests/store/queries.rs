@@ -5,6 +5,24 @@ use cairn_core::{FactStatus, FactType, SearchFilter, Tier};
 use cairn_store_cluster::{Engine, mappings, query};
 use chrono::{DateTime, Utc};
 
+/// The body with object keys in sorted order, whatever map order serde_json was built
+/// with (the workspace may enable `preserve_order`), so snapshots compare the same.
+fn sorted(value: &serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let mut out = serde_json::Map::new();
+            for key in keys {
+                out.insert(key.clone(), sorted(&map[key]));
+            }
+            serde_json::Value::Object(out)
+        }
+        serde_json::Value::Array(items) => serde_json::Value::Array(items.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}
+
 fn filter(tier: Tier) -> SearchFilter {
     SearchFilter {
         tier,
@@ -22,7 +40,7 @@ fn text_queries_filter_scope_and_currency() {
     for tier in [Tier::Semantic, Tier::Episodic, Tier::Procedural] {
         let body =
             query::text_search(&scope, &filter(tier), "Which sneakers does the user like?").expect("terms");
-        insta::assert_json_snapshot!(format!("text_{}", tier.as_str()), body);
+        insta::assert_json_snapshot!(format!("text_{}", tier.as_str()), sorted(&body));
     }
     assert!(query::text_search(&scope, &filter(Tier::Semantic), "?!").is_none());
 }
@@ -32,7 +50,7 @@ fn knn_queries_filter_inside_the_knn_clause() {
     let scope = cairn_store_tests::scope("acme", "alice");
     for engine in [Engine::OpenSearch, Engine::Elasticsearch] {
         let body = query::vector_search(engine, &scope, &filter(Tier::Semantic), &[0.6, 0.8, 0.0]);
-        insta::assert_json_snapshot!(format!("knn_{}", engine.as_str()), body);
+        insta::assert_json_snapshot!(format!("knn_{}", engine.as_str()), sorted(&body));
         let inner = match engine {
             Engine::OpenSearch => &body["query"]["knn"]["embedding"]["filter"],
             Engine::Elasticsearch => &body["knn"]["filter"],
@@ -55,14 +73,14 @@ fn listings_and_status_conditions() {
         21,
         Some((1_700_000_000_000_000, "fact_x")),
     );
-    insta::assert_json_snapshot!("listing_active_facts", body);
+    insta::assert_json_snapshot!("listing_active_facts", sorted(&body));
 }
 
 #[test]
 fn templates_per_engine() {
     for engine in [Engine::OpenSearch, Engine::Elasticsearch] {
         let facts = mappings::template(engine, "cairn", "facts", 384).expect("template");
-        insta::assert_json_snapshot!(format!("template_facts_{}", engine.as_str()), facts);
+        insta::assert_json_snapshot!(format!("template_facts_{}", engine.as_str()), sorted(&facts));
         let vector = &facts["template"]["mappings"]["properties"]["embedding"];
         match engine {
             Engine::OpenSearch => {

@@ -1,0 +1,115 @@
+"""The service on a real OpenSearch node: bootstrap through the CLI (idempotent, a
+wrong mapping reported), the cluster down at start (503s, then recovery by itself),
+and the node stopped mid-ingest (every acknowledged write present afterwards)."""
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from conftest import REPO, binary
+
+MAIN = os.environ.get("CAIRN_TEST_OPENSEARCH_URL")
+pytestmark = pytest.mark.skipif(not MAIN, reason="CAIRN_TEST_OPENSEARCH_URL is not set")
+SPARE_PORT = int(os.environ.get("CAIRN_TEST_SPARE_OPENSEARCH_PORT", "9201"))
+
+
+def opensearch(command, port):
+    env = dict(os.environ, OPENSEARCH_PORT=str(port))
+    subprocess.run([str(REPO / "scripts" / "opensearch"), command], env=env, check=True, timeout=300,
+                   capture_output=True)
+
+
+def http(method, url, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def wait_for(predicate, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.25)
+    return False
+
+
+def cli(env, *args):
+    full = dict(os.environ, **env)
+    return subprocess.run([binary(), *args], env=full, capture_output=True, text=True, timeout=120)
+
+
+def test_bootstrap_is_idempotent_and_refuses_a_wrong_mapping(tmp_path):
+    prefix = f"cairn-bb-{uuid.uuid4().hex[:12]}"
+    env = {"CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": MAIN, "CAIRN_INDEX_PREFIX": prefix,
+           "CAIRN_DATA_DIR": str(tmp_path), "CAIRN_JWT_SECRET": "x" * 32}
+    try:
+        first = cli(env, "bootstrap")
+        assert first.returncode == 0, first.stderr
+        assert "10 indices created" in first.stdout, first.stdout
+        second = cli(env, "bootstrap")
+        assert second.returncode == 0 and "0 indices created, 10 already in place" in second.stdout, second.stdout
+    finally:
+        http("DELETE", f"{MAIN}/{prefix}-*")
+
+    wrong = f"cairn-bb-{uuid.uuid4().hex[:12]}"
+    assert http("PUT", f"{MAIN}/{wrong}-facts",
+                {"mappings": {"properties": {"text": {"type": "keyword"}}}}) == 200
+    try:
+        refused = cli(dict(env, CAIRN_INDEX_PREFIX=wrong), "bootstrap")
+        assert refused.returncode != 0
+        assert f"{wrong}-facts" in refused.stderr and "text is keyword, expected text" in refused.stderr, refused.stderr
+    finally:
+        http("DELETE", f"{MAIN}/{wrong}-*")
+
+
+def test_cluster_down_at_start_and_node_stopped_mid_ingest(make_server, tmp_path):
+    port = SPARE_PORT
+    opensearch("stop", port)
+    prefix = f"cairn-faults-{uuid.uuid4().hex[:12]}"
+    server = make_server(tmp_path / "cluster", {
+        "CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": f"http://127.0.0.1:{port}",
+        "CAIRN_INDEX_PREFIX": prefix}).start()
+    token = server.mint("acme")
+    try:
+        assert server.call("GET", "/readyz").status == 503
+        refused = server.call("POST", "/v1/users/u1/facts", token, {"text": "The user likes tea"})
+        assert refused.status == 503, refused.body
+        assert refused.json()["error"]["code"] == "unavailable"
+
+        opensearch("start", port)
+        assert wait_for(lambda: server.call("GET", "/readyz").status == 200, 90), "the service did not recover"
+
+        acknowledged, failed = [], 0
+        for index in range(30):
+            if index == 10:
+                opensearch("stop", port)
+            if index == 20:
+                opensearch("start", port)
+                wait_for(lambda: server.call("GET", "/readyz").status == 200, 90)
+            response = server.call("POST", "/v1/users/u1/facts", token, {"text": f"Durable fact number {index}"})
+            if response.status == 201:
+                acknowledged.append(response.json()["fact"]["id"])
+            else:
+                assert response.status == 503, response.body
+                assert response.json()["error"]["code"] == "unavailable"
+                failed += 1
+        assert failed >= 10, "writes while the node was down got errors"
+        assert len(acknowledged) >= 20
+        for fact_id in acknowledged:
+            response = server.call("GET", f"/v1/users/u1/facts/{fact_id}", token)
+            assert response.status == 200, f"acknowledged {fact_id} lost"
+        recall = server.call("POST", "/v1/users/u1/recall", token, {"query": "durable fact", "k": 50})
+        assert recall.status == 200 and len(recall.json()["hits"]) == len(acknowledged)
+    finally:
+        http("DELETE", f"http://127.0.0.1:{port}/{prefix}-*")
+        opensearch("stop", port)
