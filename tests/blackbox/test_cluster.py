@@ -113,3 +113,40 @@ def test_cluster_down_at_start_and_node_stopped_mid_ingest(make_server, tmp_path
     finally:
         http("DELETE", f"http://127.0.0.1:{port}/{prefix}-*")
         opensearch("stop", port)
+
+
+def test_consolidation_and_erasure_on_opensearch(make_server, tmp_path):
+    prefix = f"cairn-bb-{uuid.uuid4().hex[:12]}"
+    server = make_server(tmp_path / "consolidation", {
+        "CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": MAIN, "CAIRN_INDEX_PREFIX": prefix}).start()
+    token = server.mint("acme")
+    try:
+        assert wait_for(lambda: server.call("GET", "/readyz").status == 200, 60)
+        for said in ["I love Adidas sneakers", "My Adidas broke after a month", "I'm switching to Puma"]:
+            response = server.call("POST", "/v1/users/sam/episodes", token,
+                                   {"messages": [{"role": "user", "content": said}], "consolidate": "sync"})
+            assert response.status == 201 and response.json()["consolidation"]["ran"], response.body
+        facts = server.call("GET", "/v1/users/sam/facts?status=all", token).json()["items"]
+        status = {fact["text"]: fact["status"] for fact in facts}
+        assert status["The user loves Adidas sneakers."] == "superseded", status
+        assert status["The user is switching to Puma."] == "active", status
+        recall = server.call("POST", "/v1/users/sam/recall", token,
+                             {"query": "what sneakers should I buy", "k": 3, "tiers": ["semantic"], "explain": True})
+        hits = recall.json()["hits"]
+        assert any("Puma" in hit["text"] for hit in hits) and all("loves Adidas" not in hit["text"] for hit in hits)
+        assert any(hit["explain"]["knn_rank"] is not None for hit in hits), hits
+
+        # Background consolidation through the job queue kept in the cluster.
+        queued = server.call("POST", "/v1/users/ann/episodes", token,
+                             {"messages": [{"role": "user", "content": "I work at Globex"}]})
+        assert queued.status == 201 and queued.json()["consolidation"]["queued"]
+        assert wait_for(lambda: server.call("GET", "/v1/users/ann/facts", token).json()["items"], 30)
+
+        erased = server.call("DELETE", "/v1/users/sam", token)
+        assert erased.status == 200, erased.body
+        deleted = erased.json()["deleted"]
+        assert deleted["episodes"] == 3 and deleted["facts"] == 3, deleted
+        assert server.call("GET", "/v1/users/sam/facts?status=all", token).json()["items"] == []
+        assert server.call("GET", "/v1/users/ann/facts", token).json()["items"], "the other user is untouched"
+    finally:
+        http("DELETE", f"{MAIN}/{prefix}-*")

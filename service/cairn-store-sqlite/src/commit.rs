@@ -494,7 +494,8 @@ fn insert_decision(
     let target_ids = serde_json::to_string(&decision.target_ids)
         .map_err(|error| rusqlite::Error::ToSqlConversionFailure(Box::new(error)))?;
     transaction.execute(
-        "INSERT INTO decisions (id, tenant, user_id, kind, reason, fact_id, target_ids, origin, created_at) \
+        // A replayed consolidation batch issues the same decision ids: recorded once.
+        "INSERT OR IGNORE INTO decisions (id, tenant, user_id, kind, reason, fact_id, target_ids, origin, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         params![
             decision.id,

@@ -248,7 +248,25 @@ impl Cairn {
                 .map(|logged| logged.episode)
                 .collect::<Vec<_>>();
             outcome.episodes_read += episodes.len();
-            let mut plan = Plan::new(scope, context, &run_id);
+            // Ids in a batch derive from what the batch is (scope, watermark, episodes,
+            // extractor): a replay after a crash writes the same ids, which a cluster
+            // store then skips instead of doubling.
+            let batch_key = format!(
+                "{}|{}|{}|{}|{}|{}",
+                scope.tenant(),
+                scope.user(),
+                watermark,
+                episodes
+                    .first()
+                    .map(|episode| episode.id.as_str())
+                    .unwrap_or_default(),
+                episodes
+                    .last()
+                    .map(|episode| episode.id.as_str())
+                    .unwrap_or_default(),
+                self.consolidator.extractor.name()
+            );
+            let mut plan = Plan::new(scope, context, &run_id, batch_key);
             self.plan_batch(
                 scope,
                 &mut plan,
@@ -524,7 +542,7 @@ impl Cairn {
                     .find(|shown| shown.alias == alias)
                     .map(|shown| shown.fact.clone())
             };
-            let fact = new_fact(&candidate, &episodes_by_id, vector.clone());
+            let fact = new_fact(plan.next_id("fact"), &candidate, &episodes_by_id, vector.clone());
             let (verdict, reason) = match verdict {
                 Verdict::Updates(alias) | Verdict::Extends(alias) | Verdict::Duplicate(alias)
                     if resolve(&alias).is_none() =>
@@ -624,6 +642,10 @@ impl Cairn {
             let playbook = self
                 .new_playbook(candidate.name, candidate.trigger, candidate.steps)
                 .await?;
+            let playbook = cairn_core::Playbook {
+                id: plan.next_id("pb"),
+                ..playbook
+            };
             plan.decide(
                 DecisionKind::New,
                 format!(
@@ -768,6 +790,9 @@ struct BatchInput {
 
 /// The changes and decisions of one batch, committed together.
 struct Plan {
+    /// What the batch is; ids issued in it derive from this and a counter.
+    batch_key: String,
+    issued: u64,
     scope_subject: String,
     run_id: String,
     request_id: String,
@@ -780,8 +805,10 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(scope: &Scope, context: &RequestContext, run_id: &str) -> Self {
+    fn new(scope: &Scope, context: &RequestContext, run_id: &str, batch_key: String) -> Self {
         Plan {
+            batch_key,
+            issued: 0,
             scope_subject: scope.subject().to_owned(),
             run_id: run_id.to_owned(),
             request_id: context.request_id.clone(),
@@ -801,8 +828,9 @@ impl Plan {
         fact_id: Option<String>,
         targets: Vec<String>,
     ) {
+        let id = self.next_id("dec");
         self.decisions.push(Decision {
-            id: new_id("dec"),
+            id,
             kind,
             reason: reason.into(),
             fact_id,
@@ -810,6 +838,14 @@ impl Plan {
             origin: self.run_id.clone(),
             created_at: now(),
         });
+    }
+
+    /// The next id of this batch: the same on a replay of the same batch.
+    fn next_id(&mut self, prefix: &str) -> String {
+        self.issued += 1;
+        let digest = fingerprint(&format!("{} {} {prefix}", self.batch_key, self.issued));
+        let hex = digest.trim_start_matches("sha256:");
+        format!("{prefix}_{}", &hex[..32])
     }
 
     fn insert(&mut self, working: &mut WorkingSet, fact: Fact) {
@@ -916,6 +952,7 @@ fn shown_facts(working: &WorkingSet, text: &str, vector: Option<&[f32]>, limit: 
 }
 
 fn new_fact(
+    id: String,
     candidate: &CandidateFact,
     episodes: &HashMap<&str, &Episode>,
     embedding: Option<Vec<f32>>,
@@ -931,7 +968,7 @@ fn new_fact(
         said_at.unwrap_or(created_at) + Duration::milliseconds((hours * 3_600_000.0).round() as i64)
     });
     Fact {
-        id: new_id("fact"),
+        id,
         fact_type: candidate.fact_type,
         text: candidate.text.trim().to_owned(),
         confidence: candidate.confidence,

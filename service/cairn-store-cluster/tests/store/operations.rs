@@ -71,3 +71,65 @@ async fn reqwest_free_put(url: &str, index: &str, body: serde_json::Value) -> bo
     .await
     .unwrap_or(false)
 }
+
+#[tokio::test]
+async fn a_replayed_batch_writes_nothing_twice() {
+    use cairn_core::{
+        AuditEvent, Change, ChangeSet, Decision, DecisionKind, MemoryStore, PageRequest, StatusFilter,
+    };
+    let Some((store, _cleanup)) = super::fresh("CAIRN_TEST_OPENSEARCH_URL").await else {
+        return;
+    };
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let now = chrono::Utc::now();
+    let fact = cairn_store_tests::fact("The user lives in Lyon", now);
+    let decision = Decision {
+        id: "dec_replayed".into(),
+        kind: DecisionKind::New,
+        reason: "test".into(),
+        fact_id: Some(fact.id.clone()),
+        target_ids: Vec::new(),
+        origin: "run_x".into(),
+        created_at: now,
+    };
+    let audit = || AuditEvent {
+        id: cairn_core::new_id("aud"),
+        at: now,
+        subject: "test".into(),
+        tenant: "acme".into(),
+        user: "alice".into(),
+        action: "consolidation.run".into(),
+        target_ids: Vec::new(),
+        request_id: "req".into(),
+        detail: serde_json::Value::Null,
+    };
+    // A first attempt that died before moving the watermark wrote the fact and decision.
+    let partial = ChangeSet::new(audit())
+        .with(Change::InsertFact(fact.clone()))
+        .with_decision(decision.clone());
+    store.commit(&scope, partial).await.expect("partial");
+    let replay = ChangeSet::new(audit())
+        .with(Change::InsertFact(fact.clone()))
+        .with(Change::MoveWatermark { expected: 0, to: 1 })
+        .with_decision(decision);
+    store.commit(&scope, replay).await.expect("the replay succeeds");
+    let page = PageRequest {
+        limit: 10,
+        cursor: None,
+    };
+    let facts = store
+        .list_facts(&scope, StatusFilter::All, now, &page)
+        .await
+        .expect("facts");
+    assert_eq!(facts.items.len(), 1, "one fact, not two");
+    assert_eq!(
+        store
+            .list_decisions(&scope, &page)
+            .await
+            .expect("decisions")
+            .items
+            .len(),
+        1
+    );
+    assert_eq!(store.watermark(&scope).await.expect("watermark"), 1);
+}
