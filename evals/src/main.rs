@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use cairn_app::{Cairn, Fusion, IngestRequest, Message, RecallRequest, RequestContext, Role, Settings};
 use cairn_core::{MemoryStore, Permission, Principal, Scope, TenantId, Tier};
 use cairn_inference::{EmbedderConfig, LateInteractionReranker, OnnxEmbedder};
+use cairn_store_cluster::ClusterStore;
 use cairn_store_sqlite::SqliteStore;
 use serde::Deserialize;
 use serde_json::Value;
@@ -208,19 +209,60 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or_else(|| "../shared/data/locomo/locomo_dev5.json".into()),
     );
     let models = PathBuf::from(arguments.next().unwrap_or_else(|| ".models".into()));
+    // `--opensearch URL`: run on a search cluster (fresh indices, deleted afterwards)
+    // instead of the embedded store; `--no-rerank` skips the slow reranker row.
+    let mut options = Options::default();
+    while let Some(argument) = arguments.next() {
+        match argument.as_str() {
+            "--opensearch" => options.opensearch = arguments.next(),
+            "--no-rerank" => options.rerank = false,
+            other => bail!("unknown argument {other}"),
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(run(data, models))
+    runtime.block_on(run(data, models, options))
 }
 
-async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
+struct Options {
+    opensearch: Option<String>,
+    rerank: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            opensearch: None,
+            rerank: true,
+        }
+    }
+}
+
+async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result<()> {
     let samples: Vec<Sample> = serde_json::from_str(
         &std::fs::read_to_string(&data).with_context(|| format!("cannot read {}", data.display()))?,
     )?;
     let directory = tempfile::tempdir()?;
-    let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(directory.path())?);
+    let cluster = match &options.opensearch {
+        Some(url) => {
+            let prefix = format!("cairn-eval-{}", std::process::id());
+            let cluster = ClusterStore::connect(url, &prefix, 384).await?;
+            cluster.bootstrap().await?;
+            eprintln!(
+                "backend: {} {} (prefix {prefix})",
+                cluster.engine().as_str(),
+                cluster.version()
+            );
+            Some(cluster)
+        }
+        None => None,
+    };
+    let store: Arc<dyn MemoryStore> = match &cluster {
+        Some(cluster) => Arc::new(cluster.clone()),
+        None => Arc::new(SqliteStore::open(directory.path())?),
+    };
     let model = EmbedderConfig {
         runtime_library: models.join("onnxruntime/libonnxruntime.so"),
         model_dir: models.join("all-minilm-l6-v2"),
@@ -261,7 +303,7 @@ async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    let configurations = [
+    let mut configurations = vec![
         ("BM25 only", pipeline(1.0, 0.0)),
         ("kNN only", pipeline(0.0, 1.0)),
         ("RRF (k=60), BM25 + kNN", pipeline(1.0, 1.0)),
@@ -278,12 +320,14 @@ async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
             DEFAULT_PIPELINE,
             Cairn::new(Arc::clone(&store), Some(embedder.clone()), base.clone()),
         ),
-        (
+    ];
+    if options.rerank {
+        configurations.push((
             "default + late-interaction rerank of the top 20",
             Cairn::new(Arc::clone(&store), Some(embedder.clone()), base.clone())
                 .with_reranker(Arc::new(late_interaction)),
-        ),
-    ];
+        ));
+    }
     println!(
         "LoCoMo retrieval, {} conversations, {questions} questions (categories 1-4), every turn an episode",
         conversations.len()
@@ -307,7 +351,11 @@ async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
     }
 
     // Isolation sweep: every question in every other scope; any foreign hit fails.
-    let sweep = &configurations[configurations.len() - 2].1; // the default pipeline
+    let sweep = &configurations
+        .iter()
+        .find(|(name, _)| *name == DEFAULT_PIPELINE)
+        .context("the default pipeline is configured")?
+        .1;
     let mut asked = 0usize;
     for (index, conversation) in conversations.iter().enumerate() {
         for (other_index, other) in conversations.iter().enumerate() {
@@ -330,5 +378,8 @@ async fn run(data: PathBuf, models: PathBuf) -> anyhow::Result<()> {
     println!();
     println!("isolation sweep: {asked} questions asked in other conversations' scopes, 0 foreign hits");
     eprintln!("evaluation took {:.1} s", started.elapsed().as_secs_f64());
+    if let Some(cluster) = cluster {
+        cluster.delete_indices().await?;
+    }
     Ok(())
 }

@@ -13,6 +13,7 @@ use cairn_core::{
     TenantId, Tier, new_id,
 };
 use cairn_inference::OnnxEmbedder;
+use cairn_store_cluster::ClusterStore;
 use cairn_store_sqlite::SqliteStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -165,6 +166,12 @@ fn main() {
         .iter()
         .filter_map(|argument| argument.parse().ok())
         .collect();
+    // `--opensearch URL` runs on a search cluster (fresh indices, deleted afterwards).
+    let opensearch = arguments
+        .iter()
+        .position(|argument| argument == "--opensearch")
+        .and_then(|index| arguments.get(index + 1))
+        .cloned();
     // `--legs bm25` or `--legs knn` times one leg alone, to see where the time goes.
     let legs = arguments
         .iter()
@@ -184,7 +191,23 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let directory = tempfile::tempdir().expect("temp dir");
-        let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(directory.path()).expect("store"));
+        let cluster = match &opensearch {
+            Some(url) => {
+                let prefix = format!("cairn-bench-{}", std::process::id());
+                let cluster = ClusterStore::connect(url, &prefix, 384).await.expect("the cluster answers");
+                cluster.bootstrap().await.expect("bootstrap");
+                println!("backend: {} {}", cluster.engine().as_str(), cluster.version());
+                Some(cluster)
+            }
+            None => {
+                println!("backend: embedded");
+                None
+            }
+        };
+        let store: Arc<dyn MemoryStore> = match &cluster {
+            Some(cluster) => Arc::new(cluster.clone()),
+            None => Arc::new(SqliteStore::open(directory.path()).expect("store")),
+        };
         let models = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.models");
         let config = cairn_server::config::Config { models_dir: models, ..Default::default() };
         let embedder: Arc<dyn Embedder> =
@@ -272,5 +295,8 @@ fn main() {
         }
         println!("query embedding alone: {:.1} ms per query", started.elapsed().as_secs_f64() * 10.0);
         println!("peak RSS: {:.0} MiB", peak_rss_mib());
+        if let Some(cluster) = cluster {
+            cluster.delete_indices().await.expect("clean up");
+        }
     });
 }
