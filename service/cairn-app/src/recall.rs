@@ -220,46 +220,57 @@ impl Cairn {
         };
 
         // Two legs per tier, BM25 and kNN; the store applies scope and currency inside
-        // each query. The query is embedded once for every vector leg.
-        let query_vector = match &self.embedder {
-            Some(embedder) => embedder.embed(vec![query.clone()]).await?.pop(),
-            None => None,
-        };
-        let mut fused: HashMap<String, (Memory, Explanation)> = HashMap::new();
+        // each query. Every leg of every tier runs concurrently, and the BM25 legs do not
+        // wait for the query embedding, which is computed once for every vector leg.
         let weights = (self.settings.bm25_weight, self.settings.knn_weight);
-        for tier in tiers {
-            let filter = SearchFilter {
-                tier,
+        let filters: Vec<SearchFilter> = tiers
+            .iter()
+            .map(|tier| SearchFilter {
+                tier: *tier,
                 as_of,
                 include_history: request.include_history,
                 fact_types: request.fact_types.clone(),
                 session_id: session_id.clone(),
                 limit: self.settings.candidates_per_leg,
-            };
-            // A leg with no weight cannot change the ranking, so it is not run.
-            let text_leg = if weights.0 > 0.0 {
+            })
+            .collect();
+        // A leg with no weight cannot change the ranking, so it is not run.
+        let text_legs = futures_util::future::try_join_all(filters.iter().map(|filter| async {
+            if weights.0 > 0.0 {
                 let text_query = TextQuery {
                     filter: filter.clone(),
                     text: query.clone(),
                 };
-                self.store.search_text(scope, &text_query).await?
+                self.store.search_text(scope, &text_query).await
             } else {
-                Vec::new()
+                Ok(Vec::new())
+            }
+        }));
+        let vector_legs = async {
+            let vector = match &self.embedder {
+                Some(embedder) if weights.1 > 0.0 => embedder.embed(vec![query.clone()]).await?.pop(),
+                Some(_) | None => None,
             };
-            let vector_leg = match &query_vector {
-                Some(vector) if weights.1 > 0.0 => {
-                    self.store
-                        .search_vector(
-                            scope,
-                            &VectorQuery {
-                                filter,
-                                vector: vector.clone(),
-                            },
-                        )
-                        .await?
+            futures_util::future::try_join_all(filters.iter().map(|filter| {
+                let vector = vector.clone();
+                async move {
+                    match vector {
+                        Some(vector) => {
+                            let vector_query = VectorQuery {
+                                filter: filter.clone(),
+                                vector,
+                            };
+                            self.store.search_vector(scope, &vector_query).await
+                        }
+                        None => Ok(Vec::new()),
+                    }
                 }
-                Some(_) | None => Vec::new(),
-            };
+            }))
+            .await
+        };
+        let (text_legs, vector_legs) = futures_util::future::try_join(text_legs, vector_legs).await?;
+        let mut fused: HashMap<String, (Memory, Explanation)> = HashMap::new();
+        for (text_leg, vector_leg) in text_legs.into_iter().zip(vector_legs) {
             for (leg, weight, hits) in [
                 (Leg::Bm25, weights.0, text_leg),
                 (Leg::Knn, weights.1, vector_leg),
