@@ -7,10 +7,12 @@
 //! An isolation sweep asks every question in every other conversation's scope; any hit
 //! from outside the asking scope fails the run.
 
+mod harness;
+
 use anyhow::{Context, bail};
 use cairn_app::{Cairn, Fusion, IngestRequest, Message, RecallRequest, RequestContext, Role, Settings};
-use cairn_core::{MemoryStore, Permission, Principal, Scope, TenantId, Tier};
-use cairn_inference::{EmbedderConfig, LateInteractionReranker, OnnxEmbedder};
+use cairn_core::{MemoryStore, Scope, Tier};
+use cairn_inference::{LateInteractionReranker, OnnxEmbedder};
 use cairn_store_cluster::ClusterStore;
 use cairn_store_sqlite::SqliteStore;
 use serde::Deserialize;
@@ -50,14 +52,8 @@ struct Conversation {
     questions: Vec<(String, HashSet<String>)>,
 }
 
-/// The harness plays the authentication layer for its own synthetic tenants.
-#[allow(clippy::disallowed_methods)]
 fn scope_of(sample_id: &str) -> anyhow::Result<Scope> {
-    let tenant = TenantId::parse(sample_id).map_err(|error| anyhow::anyhow!("{error}"))?;
-    Ok(
-        Principal::from_verified_credential("locomo-eval".into(), tenant, None, vec![Permission::Admin])
-            .scope_for("speakers", Permission::Admin)?,
-    )
+    harness::scope(sample_id, "speakers", "locomo-eval")
 }
 
 fn session_of(turn_id: &str) -> &str {
@@ -219,11 +215,7 @@ fn main() -> anyhow::Result<()> {
             other => bail!("unknown argument {other}"),
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(run(data, models, options))
+    harness::runtime()?.block_on(run(data, models, options))
 }
 
 struct Options {
@@ -263,14 +255,7 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
         Some(cluster) => Arc::new(cluster.clone()),
         None => Arc::new(SqliteStore::open(directory.path())?),
     };
-    let model = EmbedderConfig {
-        runtime_library: models.join("onnxruntime/libonnxruntime.so"),
-        model_dir: models.join("all-minilm-l6-v2"),
-        dimension: 384,
-        intra_threads: 1,
-        max_batch: 32,
-        max_tokens: 256,
-    };
+    let model = harness::embedder_config(&models);
     let embedder = Arc::new(OnnxEmbedder::load(&model)?);
     let late_interaction = LateInteractionReranker::load(&model)?;
     let base = Settings {

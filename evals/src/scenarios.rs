@@ -10,16 +10,16 @@
 //! offline extractor and judge, and an LLM provider that is a FAKE: a scripted server on
 //! loopback answering what an ideal model would, so the real client and gates run.
 
+mod harness;
+
 use anyhow::Context;
 use cairn_app::{
     Cairn, ConsolidateMode, ConsolidateOptions, Consolidator, IngestRequest, Message, RecallRequest,
     RequestContext, Role, Settings,
 };
-use cairn_core::{
-    FactStatus, Memory, MemoryStore, PageRequest, Permission, Principal, Scope, StatusFilter, TenantId, Tier,
-};
+use cairn_core::{FactStatus, Memory, MemoryStore, PageRequest, Scope, StatusFilter, Tier};
+use cairn_inference::OnnxEmbedder;
 use cairn_inference::llm::{LlmClient, LlmConfig, LlmExtractor, LlmJudge, ProviderKind};
-use cairn_inference::{EmbedderConfig, OnnxEmbedder};
 use cairn_store_sqlite::SqliteStore;
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
@@ -114,15 +114,8 @@ struct Score {
     missed_names: Vec<String>,
 }
 
-#[allow(clippy::disallowed_methods)]
 fn scope_of(index: usize, pipeline: &str) -> anyhow::Result<Scope> {
-    // The harness plays the authentication layer for its own synthetic tenants.
-    let tenant = TenantId::parse(&format!("scenario-{pipeline}-{index}"))
-        .map_err(|error| anyhow::anyhow!("{error}"))?;
-    Ok(
-        Principal::from_verified_credential("scenario-eval".into(), tenant, None, vec![Permission::Admin])
-            .scope_for("user", Permission::Admin)?,
-    )
+    harness::scope(&format!("scenario-{pipeline}-{index}"), "user", "scenario-eval")
 }
 
 /// A minimal HTTP/1.1 server speaking the OpenAI chat-completions shape, answering from
@@ -453,25 +446,14 @@ fn main() -> anyhow::Result<()> {
     );
     let models = PathBuf::from(arguments.next().unwrap_or_else(|| ".models".into()));
     let verbose = arguments.any(|argument| argument == "--verbose");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(run(data, models, verbose))
+    harness::runtime()?.block_on(run(data, models, verbose))
 }
 
 async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<()> {
     let suite: Suite = serde_json::from_str(
         &std::fs::read_to_string(&data).with_context(|| format!("cannot read {}", data.display()))?,
     )?;
-    let embedder = Arc::new(OnnxEmbedder::load(&EmbedderConfig {
-        runtime_library: models.join("onnxruntime/libonnxruntime.so"),
-        model_dir: models.join("all-minilm-l6-v2"),
-        dimension: 384,
-        intra_threads: 1,
-        max_batch: 32,
-        max_tokens: 256,
-    })?);
+    let embedder = Arc::new(OnnxEmbedder::load(&harness::embedder_config(&models))?);
     let script = Arc::new(Mutex::new(Script::default()));
     let fake_url = serve_fake(Arc::clone(&script)).await?;
     println!(
