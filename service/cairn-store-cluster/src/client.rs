@@ -4,6 +4,7 @@
 use cairn_core::{Error, Result};
 use elasticsearch::Elasticsearch;
 use elasticsearch::http::headers::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use elasticsearch::http::request::{Body, JsonBody};
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
 use elasticsearch::http::{Method, Url};
 use serde_json::Value;
@@ -55,19 +56,20 @@ impl Cluster {
         })
     }
 
-    /// Sends one request. Transport failures (refused, timed out) are `Unavailable`;
-    /// any HTTP status comes back as an [`Answer`] for the caller to judge.
-    pub async fn call(
+    /// Sends one request. Transport failures (refused, timed out) and gateway answers
+    /// (502-504) are `Unavailable`; any other status comes back as an [`Answer`] for
+    /// the caller to judge.
+    async fn send<B: Body>(
         &self,
         method: Method,
         path: &str,
+        headers: HeaderMap,
         query: &[(&str, String)],
-        body: Option<Value>,
+        body: Option<B>,
     ) -> Result<Answer> {
-        let body = body.map(elasticsearch::http::request::JsonBody::new);
         let response = self
             .client
-            .send(method, path, HeaderMap::new(), Some(query), body, None)
+            .send(method, path, headers, Some(query), body, None)
             .await
             .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
         let status = response.status_code().as_u16();
@@ -86,6 +88,18 @@ impl Cluster {
         Ok(Answer { status, body })
     }
 
+    /// A JSON request; see [`Cluster::send`].
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Result<Answer> {
+        self.send(method, path, HeaderMap::new(), query, body.map(JsonBody::new))
+            .await
+    }
+
     /// Like [`Cluster::call`], but any non-2xx status is a storage error naming the request.
     pub async fn expect(
         &self,
@@ -102,36 +116,25 @@ impl Cluster {
         }
     }
 
-    /// A `_bulk` request (newline-delimited JSON), refreshing before it answers.
+    /// A `_bulk` request (newline-delimited JSON), refreshing before it answers; any
+    /// non-2xx status is a storage error.
     pub async fn bulk(&self, body: String) -> Result<Value> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
-        let response = self
-            .client
+        let path = "/_bulk";
+        let answer = self
             .send(
                 Method::Post,
-                "/_bulk",
+                path,
                 headers,
-                Some(&[("refresh", "true")]),
+                &[("refresh", "true".to_owned())],
                 Some(body),
-                None,
             )
-            .await
-            .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
-        let status = response.status_code().as_u16();
-        let text = response
-            .text()
-            .await
-            .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        let answer = Answer { status, body };
-        if matches!(status, 502..=504) {
-            return Err(Error::Unavailable(format!("search cluster answered {status}")));
-        }
+            .await?;
         if answer.ok() {
             Ok(answer.body)
         } else {
-            Err(failure("/_bulk", &answer))
+            Err(failure(path, &answer))
         }
     }
 

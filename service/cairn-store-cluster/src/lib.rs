@@ -283,21 +283,7 @@ impl ClusterStore {
 
     /// Creates a document; an existing one with the same id is left as it is (a replay).
     async fn create(&self, kind: &str, id: &str, routing_key: &str, body: Value) -> Result<()> {
-        let path = format!("/{}/_create/{}", self.index(kind), segment(id));
-        let answer = self
-            .cluster
-            .call(
-                Method::Put,
-                &path,
-                &[("routing", routing_key.to_owned()), refresh()],
-                Some(body),
-            )
-            .await?;
-        if answer.ok() || answer.status == 409 {
-            Ok(())
-        } else {
-            Err(failure(&path, &answer))
-        }
+        self.write_if(kind, id, routing_key, body, None).await.map(|_| ())
     }
 
     /// Writes a document only if it is still at the version read (`None`: only if absent).
@@ -369,7 +355,7 @@ impl ClusterStore {
             body.push_str(&line.to_string());
             body.push('\n');
         }
-        let answer = self.bulk_raw(body).await?;
+        let answer = self.cluster.bulk(body).await?;
         if answer["errors"] == true {
             let reason = answer["items"]
                 .as_array()
@@ -383,11 +369,6 @@ impl ClusterStore {
             }
         }
         Ok(answer)
-    }
-
-    async fn bulk_raw(&self, body: String) -> Result<Value> {
-        // The client sends JSON bodies; NDJSON goes through the raw bulk body type.
-        self.cluster.bulk(body).await
     }
 
     async fn page<T>(
