@@ -650,9 +650,8 @@ impl ClusterStore {
     async fn erase_where(&self, scope: &Scope, kind: &str, extra: Vec<Value>) -> Result<u64> {
         let mut removed = 0;
         loop {
-            let mut filter = query::scope_filter(scope);
-            filter.extend(extra.iter().cloned());
-            let body = json!({ "size": 500, "_source": false, "query": { "bool": { "filter": filter } } });
+            let mut body = query::scoped(scope, extra.clone(), None, 500);
+            body["_source"] = json!(false);
             let found = self.scoped_search(scope, kind, body).await?;
             if found.is_empty() {
                 return Ok(removed);
@@ -781,10 +780,9 @@ impl MemoryStore for ClusterStore {
                 Change::EraseFact { fact_id } => {
                     self.delete("facts", fact_id, tenant).await?;
                     // Links to the erased fact go with it.
-                    let mut filter = query::scope_filter(scope);
-                    filter.push(json!({ "term": { "superseded_by": fact_id } }));
-                    let body = json!({ "size": 1000, "seq_no_primary_term": true,
-                        "query": { "bool": { "filter": filter } } });
+                    let linked = vec![json!({ "term": { "superseded_by": fact_id } })];
+                    let mut body = query::scoped(scope, linked, None, 1000);
+                    body["seq_no_primary_term"] = json!(true);
                     for hit in self.scoped_search(scope, "facts", body).await? {
                         let mut source = hit["_source"].clone();
                         if let Value::Object(map) = &mut source {
@@ -940,9 +938,12 @@ impl MemoryStore for ClusterStore {
 
     async fn playbook_versions(&self, scope: &Scope, playbook_id: &str) -> Result<Vec<Playbook>> {
         self.ready()?;
-        let mut filter = query::scope_filter(scope);
-        filter.push(json!({ "term": { "playbook_id": playbook_id } }));
-        let body = json!({ "size": 1000, "query": { "bool": { "filter": filter } }, "sort": [{ "version": "asc" }] });
+        let body = query::scoped(
+            scope,
+            vec![json!({ "term": { "playbook_id": playbook_id } })],
+            Some(json!([{ "version": "asc" }])),
+            1000,
+        );
         self.scoped_search(scope, "playbook-versions", body)
             .await?
             .iter()
@@ -1102,9 +1103,12 @@ impl MemoryStore for ClusterStore {
 
     async fn episodes_after(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {
         self.ready()?;
-        let mut filter = query::scope_filter(scope);
-        filter.push(json!({ "range": { "position": { "gt": position } } }));
-        let body = json!({ "size": limit, "query": { "bool": { "filter": filter } }, "sort": [{ "position": "asc" }] });
+        let body = query::scoped(
+            scope,
+            vec![json!({ "range": { "position": { "gt": position } } })],
+            Some(json!([{ "position": "asc" }])),
+            limit,
+        );
         let found = self.scoped_search(scope, "episodes", body).await?;
         // Positions are reserved before their episodes are written: stop at a gap unless
         // the last reservation is old enough that the gap can no longer fill.
@@ -1131,9 +1135,12 @@ impl MemoryStore for ClusterStore {
 
     async fn episodes_up_to(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {
         self.ready()?;
-        let mut filter = query::scope_filter(scope);
-        filter.push(json!({ "range": { "position": { "lte": position } } }));
-        let body = json!({ "size": limit, "query": { "bool": { "filter": filter } }, "sort": [{ "position": "desc" }] });
+        let body = query::scoped(
+            scope,
+            vec![json!({ "range": { "position": { "lte": position } } })],
+            Some(json!([{ "position": "desc" }])),
+            limit,
+        );
         let mut episodes = self
             .scoped_search(scope, "episodes", body)
             .await?
@@ -1149,9 +1156,12 @@ impl MemoryStore for ClusterStore {
 
     async fn pending_jobs(&self, scope: &Scope) -> Result<Vec<ConsolidationJob>> {
         self.ready()?;
-        let mut filter = query::scope_filter(scope);
-        filter.push(json!({ "match_all": {} }));
-        let body = json!({ "size": 1000, "query": { "bool": { "filter": filter } }, "sort": [{ "created_at": "asc" }, { "id": "asc" }] });
+        let body = query::scoped(
+            scope,
+            Vec::new(),
+            Some(json!([{ "created_at": "asc" }, { "id": "asc" }])),
+            1000,
+        );
         self.scoped_search(scope, "jobs", body)
             .await?
             .iter()
@@ -1165,19 +1175,7 @@ impl MemoryStore for ClusterStore {
         lease_until: DateTime<Utc>,
     ) -> Result<Option<(Scope, ConsolidationJob)>> {
         self.ready()?;
-        let now = docs::micros(now);
-        let body = json!({
-            "size": 10,
-            "seq_no_primary_term": true,
-            "query": { "bool": { "filter": [
-                { "range": { "run_after": { "lte": now } } },
-                { "bool": { "should": [
-                    { "bool": { "must_not": { "exists": { "field": "leased_until" } } } },
-                    { "range": { "leased_until": { "lte": now } } }
-                ], "minimum_should_match": 1 } }
-            ] } },
-            "sort": [{ "run_after": "asc" }, { "created_at": "asc" }]
-        });
+        let body = query::due_jobs(docs::micros(now), 10);
         for hit in hits(&self.search("jobs", None, body).await?) {
             let mut source = hit["_source"].clone();
             let tenant = source["tenant"].as_str().unwrap_or_default().to_owned();

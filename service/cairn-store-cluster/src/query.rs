@@ -114,6 +114,17 @@ pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vecto
     }
 }
 
+/// Up to `size` documents of the scope matching `extra`, in `sort` order when given.
+pub fn scoped(scope: &Scope, extra: Vec<Value>, sort: Option<Value>, size: usize) -> Value {
+    let mut filter = scope_filter(scope);
+    filter.extend(extra);
+    let mut body = json!({ "size": size, "query": { "bool": { "filter": filter } } });
+    if let Some(sort) = sort {
+        body["sort"] = sort;
+    }
+    body
+}
+
 /// Every document of the scope matching `extra`, newest first by `sort_field`, after
 /// the cursor `(time, id)` when given.
 pub fn listing(
@@ -123,17 +134,30 @@ pub fn listing(
     limit: usize,
     after: Option<(i64, &str)>,
 ) -> Value {
-    let mut filter = scope_filter(scope);
-    filter.extend(extra);
-    let mut body = json!({
-        "size": limit,
-        "query": { "bool": { "filter": filter } },
-        "sort": [ { sort_field: "desc" }, { "id": "desc" } ]
-    });
+    let sort = json!([ { sort_field: "desc" }, { "id": "desc" } ]);
+    let mut body = scoped(scope, extra, Some(sort), limit);
     if let Some((time, id)) = after {
         body["search_after"] = json!([time, id]);
     }
     body
+}
+
+/// Jobs of every scope that are due at `now` and not leased, oldest first: the one
+/// query without a scope filter, because the job queue hands out work across scopes
+/// (each job then restores the scope it was enqueued in).
+pub fn due_jobs(now: i64, size: usize) -> Value {
+    json!({
+        "size": size,
+        "seq_no_primary_term": true,
+        "query": { "bool": { "filter": [
+            { "range": { "run_after": { "lte": now } } },
+            { "bool": { "should": [
+                { "bool": { "must_not": { "exists": { "field": "leased_until" } } } },
+                { "range": { "leased_until": { "lte": now } } }
+            ], "minimum_should_match": 1 } }
+        ] } },
+        "sort": [{ "run_after": "asc" }, { "created_at": "asc" }]
+    })
 }
 
 /// Facts by their status at `as_of` (`None`: every status).

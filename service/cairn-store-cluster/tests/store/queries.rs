@@ -101,3 +101,10 @@ fn templates_per_engine() {
         }
     }
 }
+
+#[test]
+fn the_job_queue_is_the_one_unscoped_query() {
+    let body = query::due_jobs(1_800_000_000_000_000, 10);
+    insta::assert_json_snapshot!("due_jobs", sorted(&body));
+    assert!(!body.to_string().contains("\"tenant\""));
+}
