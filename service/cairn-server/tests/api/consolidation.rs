@@ -209,34 +209,33 @@ macro_rules! ingest {
     }};
 }
 
-macro_rules! facts {
-    ($service:expr, $bearer:expr, $user:expr) => {{
-        let (status, body, _) = call(
-            $service,
-            Method::GET,
-            &format!("/v1/users/{}/facts?status=all&limit=100", $user),
-            Some($bearer),
-            None,
-        )
-        .await;
+/// The `items` of a listing route, asserting it answered 200.
+macro_rules! items {
+    ($service:expr, $bearer:expr, $path:expr) => {{
+        let (status, body, _) = call($service, Method::GET, $path, Some($bearer), None).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         body["items"].as_array().cloned().unwrap_or_default()
     }};
 }
 
-macro_rules! decisions {
-    ($service:expr, $bearer:expr, $user:expr) => {{
-        let (status, body, _) = call(
+macro_rules! facts {
+    ($service:expr, $bearer:expr, $user:expr) => {
+        items!(
             $service,
-            Method::GET,
-            &format!("/v1/users/{}/decisions?limit=100", $user),
-            Some($bearer),
-            None,
+            $bearer,
+            &format!("/v1/users/{}/facts?status=all&limit=100", $user)
         )
-        .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body["items"].as_array().cloned().unwrap_or_default()
-    }};
+    };
+}
+
+macro_rules! decisions {
+    ($service:expr, $bearer:expr, $user:expr) => {
+        items!(
+            $service,
+            $bearer,
+            &format!("/v1/users/{}/decisions?limit=100", $user)
+        )
+    };
 }
 
 fn status_of<'a>(facts: &'a [Value], needle: &str) -> Vec<&'a str> {
