@@ -106,7 +106,8 @@ struct Versioned {
 struct Update {
     index: &'static str,
     id: String,
-    before: Versioned,
+    /// The document as read (`None`: it did not exist yet).
+    before: Option<Versioned>,
     after: Value,
 }
 
@@ -461,7 +462,7 @@ impl ClusterStore {
                     updates.push(Update {
                         index: "facts",
                         id: fact_id.clone(),
-                        before: doc,
+                        before: Some(doc),
                         after,
                     });
                 }
@@ -478,7 +479,7 @@ impl ClusterStore {
                     updates.push(Update {
                         index: "facts",
                         id: fact_id.clone(),
-                        before: doc,
+                        before: Some(doc),
                         after,
                     });
                 }
@@ -502,7 +503,7 @@ impl ClusterStore {
                     updates.push(Update {
                         index: "tombstones",
                         id: tombstone_id.clone(),
-                        before: doc,
+                        before: Some(doc),
                         after,
                     });
                 }
@@ -545,7 +546,7 @@ impl ClusterStore {
                     updates.push(Update {
                         index: "playbooks",
                         id: playbook.id.clone(),
-                        before: doc,
+                        before: Some(doc),
                         after,
                     });
                 }
@@ -572,15 +573,10 @@ impl ClusterStore {
                         || json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope), "allocated": 0 }),
                     );
                     after["watermark"] = json!(to);
-                    let before = doc.unwrap_or(Versioned {
-                        source: Value::Null,
-                        seq_no: -1,
-                        primary_term: 0,
-                    });
                     updates.push(Update {
                         index: "state",
                         id: state_id(scope),
-                        before,
+                        before: doc,
                         after,
                     });
                 }
@@ -606,25 +602,30 @@ impl ClusterStore {
         let tenant = scope.tenant().as_str();
         let mut done: Vec<(Update, i64, i64)> = Vec::new();
         for update in updates {
-            let version =
-                (update.before.seq_no >= 0).then_some((update.before.seq_no, update.before.primary_term));
+            let version = update
+                .before
+                .as_ref()
+                .map(|before| (before.seq_no, before.primary_term));
             let answer = self
                 .write_if(update.index, &update.id, tenant, update.after.clone(), version)
                 .await?;
             if answer.status == 409 {
                 for (previous, seq_no, primary_term) in done.into_iter().rev() {
-                    if previous.before.source.is_null() {
-                        let _ = self.delete(previous.index, &previous.id, tenant).await;
-                    } else {
-                        let _ = self
-                            .write_if(
-                                previous.index,
-                                &previous.id,
-                                tenant,
-                                previous.before.source.clone(),
-                                Some((seq_no, primary_term)),
-                            )
-                            .await;
+                    match previous.before {
+                        None => {
+                            let _ = self.delete(previous.index, &previous.id, tenant).await;
+                        }
+                        Some(before) => {
+                            let _ = self
+                                .write_if(
+                                    previous.index,
+                                    &previous.id,
+                                    tenant,
+                                    before.source,
+                                    Some((seq_no, primary_term)),
+                                )
+                                .await;
+                        }
                     }
                 }
                 return Err(match update.index {

@@ -698,7 +698,6 @@ pub fn is_slot_word(token: &str) -> bool {
         "switching",
         "switched",
         "now",
-        "love",
         "enjoy",
         "own",
     ];

@@ -266,7 +266,7 @@ impl Cairn {
                     .unwrap_or_default(),
                 self.consolidator.extractor.name()
             );
-            let mut plan = Plan::new(scope, context, &run_id, batch_key);
+            let mut plan = Plan::new(&run_id, batch_key);
             self.plan_batch(
                 scope,
                 &mut plan,
@@ -793,9 +793,7 @@ struct Plan {
     /// What the batch is; ids issued in it derive from this and a counter.
     batch_key: String,
     issued: u64,
-    scope_subject: String,
     run_id: String,
-    request_id: String,
     changes: Vec<Change>,
     decisions: Vec<Decision>,
     created: Vec<Fact>,
@@ -805,13 +803,11 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(scope: &Scope, context: &RequestContext, run_id: &str, batch_key: String) -> Self {
+    fn new(run_id: &str, batch_key: String) -> Self {
         Plan {
             batch_key,
             issued: 0,
-            scope_subject: scope.subject().to_owned(),
             run_id: run_id.to_owned(),
-            request_id: context.request_id.clone(),
             changes: Vec::new(),
             decisions: Vec::new(),
             created: Vec::new(),
@@ -859,8 +855,6 @@ impl Plan {
     }
 
     fn into_change_set(self, scope: &Scope, context: &RequestContext) -> ChangeSet {
-        debug_assert_eq!(self.scope_subject, scope.subject());
-        debug_assert_eq!(self.request_id, context.request_id);
         let mut targets: Vec<String> = self.created.iter().map(|fact| fact.id.clone()).collect();
         targets.extend(self.superseded.iter().cloned());
         let event = run_audit(
