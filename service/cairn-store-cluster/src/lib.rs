@@ -87,10 +87,6 @@ fn refresh() -> (&'static str, String) {
     ("refresh", "true".to_owned())
 }
 
-fn routing(scope: &Scope) -> (&'static str, String) {
-    ("routing", scope.tenant().as_str().to_owned())
-}
-
 fn state_id(scope: &Scope) -> String {
     format!("{}/{}", scope.tenant(), scope.user())
 }
@@ -346,8 +342,10 @@ impl ClusterStore {
         ))
     }
 
-    /// Sends bulk lines (action, source pairs) with `refresh=true`; any item error fails.
-    async fn bulk(&self, lines: Vec<Value>) -> Result<Value> {
+    /// Sends bulk lines (action, source pairs) with `refresh=true`; an item error fails
+    /// the call unless its status is one of `tolerated` (409: a replayed create; 404: an
+    /// update of a document that is not there).
+    async fn bulk(&self, lines: Vec<Value>, tolerated: &[u64]) -> Result<Value> {
         if lines.is_empty() {
             return Ok(Value::Null);
         }
@@ -363,7 +361,12 @@ impl ClusterStore {
                 .into_iter()
                 .flatten()
                 .filter_map(|item| item.as_object()?.values().next().cloned())
-                .find(|result| !result["error"].is_null() && result["status"] != 409)
+                .find(|result| {
+                    !result["error"].is_null()
+                        && !result["status"]
+                            .as_u64()
+                            .is_some_and(|status| tolerated.contains(&status))
+                })
                 .map(|result| result["error"].to_string());
             if let Some(reason) = reason {
                 return Err(Error::Storage(format!("bulk write: {reason}")));
@@ -662,7 +665,7 @@ impl ClusterStore {
                 .iter()
                 .map(|hit| json!({ "delete": { "_index": index, "_id": hit["_id"], "routing": scope.tenant().as_str() } }))
                 .collect();
-            self.bulk(lines).await?;
+            self.bulk(lines, &[409]).await?;
             removed += found.len() as u64;
         }
     }
@@ -775,7 +778,7 @@ impl MemoryStore for ClusterStore {
         for event in &change_set.audit {
             create("audit", &event.id, docs::audit(scope, event));
         }
-        self.bulk(lines).await?;
+        self.bulk(lines, &[409]).await?;
         for change in deferred {
             match change {
                 Change::EraseFact { fact_id } => {
@@ -1035,26 +1038,18 @@ impl MemoryStore for ClusterStore {
             "lang": "painless",
             "params": { "at": docs::micros(at), "tenant": scope.tenant().as_str(), "user": scope.user().as_str() }
         } });
+        // One request for every id: an update on each of the two indices an id can be
+        // in; the one where it is not answers 404, which is expected.
+        let mut lines = Vec::new();
         for id in ids {
             for kind in ["facts", "playbooks"] {
-                let path = format!("/{}/_update/{}", self.index(kind), segment(id));
-                let answer = self
-                    .cluster
-                    .call(
-                        Method::Post,
-                        &path,
-                        &[routing(scope), refresh(), ("retry_on_conflict", "5".into())],
-                        Some(script.clone()),
-                    )
-                    .await?;
-                if answer.ok() {
-                    break;
-                }
-                if answer.status != 404 {
-                    return Err(failure(&path, &answer));
-                }
+                lines.push(json!({ "update": {
+                    "_index": self.index(kind), "_id": id, "routing": scope.tenant().as_str(), "retry_on_conflict": 5
+                } }));
+                lines.push(script.clone());
             }
         }
+        self.bulk(lines, &[404]).await?;
         Ok(())
     }
 
