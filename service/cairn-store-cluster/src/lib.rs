@@ -804,12 +804,9 @@ impl MemoryStore for ClusterStore {
                     ], "minimum_should_match": 1 } });
                     self.erase_where(scope, "edges", vec![touching]).await?;
                 }
-                Change::CompleteJobs(job_ids) => {
-                    for job_id in job_ids {
-                        if self.owned(scope, "jobs", job_id).await?.is_some() {
-                            self.delete("jobs", job_id, tenant).await?;
-                        }
-                    }
+                Change::CompleteJobs(job_ids) if !job_ids.is_empty() => {
+                    let finished = vec![json!({ "terms": { "id": job_ids } })];
+                    self.erase_where(scope, "jobs", finished).await?;
                 }
                 Change::RecordPlaybookOutcome {
                     playbook_id,
