@@ -238,6 +238,21 @@ macro_rules! decisions {
     };
 }
 
+/// The user's facts once the background worker has written some (polls for 5 s).
+macro_rules! facts_eventually {
+    ($service:expr, $bearer:expr, $user:expr) => {{
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = facts!($service, $bearer, $user);
+            if !found.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        found
+    }};
+}
+
 fn status_of<'a>(facts: &'a [Value], needle: &str) -> Vec<&'a str> {
     facts
         .iter()
@@ -746,14 +761,7 @@ async fn the_background_worker_consolidates_queued_ingests() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["consolidation"]["requested"], "async");
     assert_eq!(body["consolidation"]["queued"], true, "{body}");
-    let mut found = Vec::new();
-    for _ in 0..100 {
-        found = facts!(&service, &owner, "bo");
-        if !found.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let found = facts_eventually!(&service, &owner, "bo");
     worker.abort();
     assert_eq!(status_of(&found, "Globex"), ["active"], "{found:#?}");
 }
@@ -796,14 +804,7 @@ async fn a_failed_job_is_retried_by_the_worker_with_backoff() {
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let mut found = Vec::new();
-    for _ in 0..100 {
-        found = facts!(&service, &owner, "vic");
-        if !found.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let found = facts_eventually!(&service, &owner, "vic");
     worker.abort();
     assert_eq!(status_of(&found, "vinyl"), ["active"], "{found:#?}");
     assert_eq!(found.len(), 1, "the invalid item was not written: {found:#?}");
