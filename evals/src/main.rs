@@ -288,8 +288,27 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
         started.elapsed().as_secs_f64()
     );
 
+    // Episodes searched by their own text alone: the plain per-turn baseline.
+    let without_context = |fusion: Fusion, bm25_weight: f64, knn_weight: f64| {
+        let settings = Settings {
+            fusion,
+            bm25_weight,
+            knn_weight,
+            episode_context_weight: 0.0,
+            ..base.clone()
+        };
+        Cairn::new(Arc::clone(&store), Some(embedder.clone()), settings)
+    };
     let mut configurations = vec![
-        ("BM25 only", pipeline(1.0, 0.0)),
+        (
+            "BM25 only, turn text alone",
+            without_context(Fusion::ScaledScores, 1.0, 0.0),
+        ),
+        (
+            "scaled scores 0.7/0.3, turn text alone",
+            without_context(Fusion::ScaledScores, 0.7, 0.3),
+        ),
+        ("BM25 only (text + session context)", pipeline(1.0, 0.0)),
         ("kNN only", pipeline(0.0, 1.0)),
         ("RRF (k=60), BM25 + kNN", pipeline(1.0, 1.0)),
         ("RRF, BM25 weight 2", pipeline(2.0, 1.0)),

@@ -21,7 +21,7 @@ pub use recall::{Explanation, Priors, RecallHit, RecallRequest, RecallResult, rr
 
 use cairn_core::{
     AuditEvent, Decision, DecisionKind, Embedder, ErasureReceipt, MemoryStore, Page, PageRequest, Reranker,
-    Result, Scope, new_id,
+    Result, Scope, TextQuery, new_id,
 };
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -52,6 +52,9 @@ pub struct Settings {
     pub bm25_weight: f64,
     /// Weight of the vector legs in fusion.
     pub knn_weight: f64,
+    /// BM25 weight of an episode's context (the previous episode of its session)
+    /// against its own text; 0 searches episodes by their own text alone.
+    pub episode_context_weight: f64,
     /// Largest `k` a recall may ask for.
     pub max_k: usize,
     /// How many of the best fused hits a configured reranker rescores.
@@ -75,6 +78,7 @@ impl Default for Settings {
             fusion: Fusion::ScaledScores,
             bm25_weight: 0.7,
             knn_weight: 0.3,
+            episode_context_weight: TextQuery::CONTEXT_WEIGHT,
             max_k: 100,
             bump_usage_on_recall: true,
             priors: Priors::default(),

@@ -238,8 +238,8 @@ impl Cairn {
         let text_legs = futures_util::future::try_join_all(filters.iter().map(|filter| async {
             if weights.0 > 0.0 {
                 let text_query = TextQuery {
-                    filter: filter.clone(),
-                    text: query.clone(),
+                    context_weight: self.settings.episode_context_weight,
+                    ..TextQuery::new(filter.clone(), query.clone())
                 };
                 self.store.search_text(scope, &text_query).await
             } else {

@@ -160,6 +160,23 @@ pub struct SearchFilter {
 pub struct TextQuery {
     pub filter: SearchFilter,
     pub text: String,
+    /// Episodes only: the weight of an episode's context (the previous episode of its
+    /// session) against its own text. 0 searches the text alone.
+    pub context_weight: f64,
+}
+
+impl TextQuery {
+    /// The default weight of an episode's context, chosen on the LoCoMo evaluation.
+    pub const CONTEXT_WEIGHT: f64 = 0.5;
+
+    /// A query with the default context weight.
+    pub fn new(filter: SearchFilter, text: impl Into<String>) -> Self {
+        TextQuery {
+            filter,
+            text: text.into(),
+            context_weight: Self::CONTEXT_WEIGHT,
+        }
+    }
 }
 
 /// A nearest-neighbour query, restricted by its filter before ranking (pre-filter).

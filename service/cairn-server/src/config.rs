@@ -48,6 +48,8 @@ pub struct Config {
     pub rrf_k: f64,
     /// Candidates each retrieval leg contributes to fusion.
     pub candidates_per_leg: usize,
+    /// BM25 weight of an episode's context (the previous episode of its session).
+    pub episode_context_weight: f64,
     /// Recall priors (multipliers on fused scores); 0 turns each off.
     pub recency_weight: f64,
     pub recency_half_life_days: f64,
@@ -131,6 +133,7 @@ impl Default for Config {
             inference_threads: 1,
             rrf_k: 60.0,
             candidates_per_leg: 50,
+            episode_context_weight: cairn_core::TextQuery::CONTEXT_WEIGHT,
             recency_weight: 0.0,
             recency_half_life_days: 30.0,
             usage_weight: 0.0,
@@ -203,6 +206,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("inference_threads", Kind::Integer),
     ("rrf_k", Kind::Float),
     ("candidates_per_leg", Kind::Integer),
+    ("episode_context_weight", Kind::Float),
     ("recency_weight", Kind::Float),
     ("recency_half_life_days", Kind::Float),
     ("usage_weight", Kind::Float),
@@ -383,6 +387,12 @@ impl Config {
             return Err(config_error(
                 "CAIRN_CANDIDATES_PER_LEG",
                 "must be between 1 and 1000",
+            ));
+        }
+        if !(self.episode_context_weight.is_finite() && (0.0..=1.0).contains(&self.episode_context_weight)) {
+            return Err(config_error(
+                "CAIRN_EPISODE_CONTEXT_WEIGHT",
+                "must be a number between 0 and 1",
             ));
         }
         for (key, value) in [

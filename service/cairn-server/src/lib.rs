@@ -149,6 +149,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         max_text_chars: config.max_text_chars,
         bump_usage_on_recall: config.bump_usage_on_recall,
         rrf_k: config.rrf_k,
+        episode_context_weight: config.episode_context_weight,
         candidates_per_leg: config.candidates_per_leg,
         priors: cairn_app::Priors {
             recency_weight: config.recency_weight,

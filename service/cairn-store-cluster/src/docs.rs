@@ -92,13 +92,16 @@ pub fn in_scope(scope: &Scope, source: &Value) -> bool {
     source["tenant"] == scope.tenant().as_str() && source["user"] == scope.user().as_str()
 }
 
-pub fn episode(scope: &Scope, episode: &Episode, position: u64) -> Value {
+/// An episode's document; `context` is the previous episode of its session, indexed
+/// beside the text with a lower weight.
+pub fn episode(scope: &Scope, episode: &Episode, position: u64, context: Option<&str>) -> Value {
     owned(
         scope,
         &episode.id,
         json!({
             "session_id": episode.session_id,
             "text": episode.text,
+            "context": context,
             "occurred_at": micros(episode.occurred_at),
             "ingested_at": micros(episode.ingested_at),
             "position": position,

@@ -27,6 +27,7 @@ use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, failure};
 use elasticsearch::http::Method;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -651,6 +652,17 @@ impl ClusterStore {
     }
 
     /// Deletes every document of the scope matching `extra` in one index; returns how many.
+    /// The text of the latest stored episode of a session, the context of the next one.
+    async fn last_episode_text(&self, scope: &Scope, session_id: &str) -> Result<Option<String>> {
+        let body = query::last_of_session(scope, session_id);
+        Ok(self
+            .scoped_search(scope, "episodes", body)
+            .await?
+            .first()
+            .and_then(|hit| hit["_source"]["text"].as_str())
+            .map(str::to_owned))
+    }
+
     async fn erase_where(&self, scope: &Scope, kind: &str, extra: Vec<Value>) -> Result<u64> {
         let mut removed = 0;
         loop {
@@ -736,11 +748,24 @@ impl MemoryStore for ClusterStore {
             match change {
                 Change::InsertEpisodes(episodes) => {
                     let first = self.allocate_positions(scope, episodes.len() as u64).await?;
+                    // Each episode is indexed with the previous episode of its session.
+                    let mut previous: HashMap<&str, &str> = HashMap::new();
                     for (offset, episode) in episodes.iter().enumerate() {
+                        let context = match episode.session_id.as_deref() {
+                            Some(session) => {
+                                let context = match previous.get(session) {
+                                    Some(text) => Some((*text).to_owned()),
+                                    None => self.last_episode_text(scope, session).await?,
+                                };
+                                previous.insert(session, &episode.text);
+                                context
+                            }
+                            None => None,
+                        };
                         create(
                             "episodes",
                             &episode.id,
-                            docs::episode(scope, episode, first + offset as u64),
+                            docs::episode(scope, episode, first + offset as u64, context.as_deref()),
                         );
                     }
                 }
@@ -967,7 +992,7 @@ impl MemoryStore for ClusterStore {
 
     async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
         self.ready()?;
-        let Some(body) = query::text_search(scope, &query.filter, &query.text) else {
+        let Some(body) = query::text_search(scope, query) else {
             return Ok(Vec::new());
         };
         let tier = query.filter.tier;

@@ -16,6 +16,8 @@ const ELASTICSEARCH: &str = include_str!("../../../mappings/elasticsearch.json")
 pub struct BootstrapReport {
     pub created: Vec<String>,
     pub existing: Vec<String>,
+    /// Existing indices that lacked fields a newer template adds, and got them.
+    pub extended: Vec<String>,
 }
 
 /// The template of one index kind, for an engine, with the prefix and vector dimension
@@ -44,16 +46,19 @@ pub fn template(engine: Engine, prefix: &str, kind: &str, dimension: usize) -> R
     Ok(template)
 }
 
-/// Differences between an existing index's properties and the template's.
-fn mismatches(expected: &Value, actual: &Value) -> Vec<String> {
+/// Compares an existing index's properties with the template's: the fields it lacks
+/// (a mapping can gain fields in place) and the differences that no in-place change
+/// can fix.
+fn compare(expected: &Value, actual: &Value) -> (serde_json::Map<String, Value>, Vec<String>) {
+    let mut missing = serde_json::Map::new();
     let mut problems = Vec::new();
     let Some(expected) = expected.as_object() else {
-        return problems;
+        return (missing, problems);
     };
     for (field, wanted) in expected {
         let found = &actual[field];
         if found.is_null() {
-            problems.push(format!("{field} is missing"));
+            missing.insert(field.clone(), wanted.clone());
             continue;
         }
         let wanted_type = wanted["type"].as_str().unwrap_or("object");
@@ -77,7 +82,7 @@ fn mismatches(expected: &Value, actual: &Value) -> Vec<String> {
             ));
         }
     }
-    problems
+    (missing, problems)
 }
 
 pub async fn bootstrap(
@@ -120,12 +125,24 @@ pub async fn bootstrap(
             .and_then(|indices| indices.values().next())
             .map(|index| index["mappings"]["properties"].clone())
             .unwrap_or(Value::Null);
-        let found = mismatches(&template["template"]["mappings"]["properties"], &actual);
-        if found.is_empty() {
-            report.existing.push(name);
-        } else {
+        let (missing, found) = compare(&template["template"]["mappings"]["properties"], &actual);
+        if !found.is_empty() {
             problems.push(format!("{name}: {}", found.join(", ")));
+            continue;
         }
+        if !missing.is_empty() {
+            // Documents written before have no value for the new fields.
+            cluster
+                .expect(
+                    Method::Put,
+                    &format!("{path}/_mapping"),
+                    &[],
+                    Some(json!({ "properties": missing })),
+                )
+                .await?;
+            report.extended.push(name.clone());
+        }
+        report.existing.push(name);
     }
     if problems.is_empty() {
         Ok(report)

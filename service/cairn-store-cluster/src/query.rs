@@ -7,7 +7,7 @@
 use crate::client::Engine;
 use crate::docs::micros;
 use cairn_core::text::query_terms;
-use cairn_core::{Scope, SearchFilter, Tier};
+use cairn_core::{Scope, SearchFilter, TextQuery, Tier};
 use serde_json::{Value, json};
 
 /// `tenant` and `user` must both match.
@@ -72,8 +72,9 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
 
 /// BM25 over `text`: any of the query's terms (stopwords dropped, as in the embedded
 /// store), inside the tier's scope and currency filter. `None` without a searchable term.
-pub fn text_search(scope: &Scope, filter: &SearchFilter, text: &str) -> Option<Value> {
-    let terms = query_terms(text);
+pub fn text_search(scope: &Scope, query: &TextQuery) -> Option<Value> {
+    let filter = &query.filter;
+    let terms = query_terms(&query.text);
     if terms.is_empty() {
         return None;
     }
@@ -82,9 +83,39 @@ pub fn text_search(scope: &Scope, filter: &SearchFilter, text: &str) -> Option<V
         "track_total_hits": false,
         "query": { "bool": {
             "filter": restrictions(scope, filter),
-            "must": { "match": { "text": { "query": terms.join(" "), "operator": "or" } } }
+            "must": matching(query, terms.join(" "))
         } }
     }))
+}
+
+/// The scoring clause of a text search: episodes match on their text and, with the
+/// query's context weight, on their context (the previous episode of the session).
+fn matching(query: &TextQuery, terms: String) -> Value {
+    match query.filter.tier {
+        Tier::Episodic if query.context_weight > 0.0 && query.context_weight.is_finite() => {
+            json!({ "multi_match": {
+            "query": terms,
+            "fields": ["text", format!("context^{:?}", query.context_weight)],
+            "type": "most_fields",
+            "operator": "or"
+        } })
+        }
+        Tier::Episodic | Tier::Semantic | Tier::Procedural => {
+            json!({ "match": { "text": { "query": terms, "operator": "or" } } })
+        }
+    }
+}
+
+/// The latest episode of a session in the scope (only its text).
+pub fn last_of_session(scope: &Scope, session_id: &str) -> Value {
+    let mut body = scoped(
+        scope,
+        vec![json!({ "term": { "session_id": session_id } })],
+        Some(json!([{ "position": "desc" }])),
+        1,
+    );
+    body["_source"] = json!(["text"]);
+    body
 }
 
 /// kNN on `embedding`, with the scope and currency filter inside the kNN clause

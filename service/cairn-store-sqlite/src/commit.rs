@@ -240,6 +240,20 @@ fn require_fact_status(
 }
 
 fn insert_episode(transaction: &Transaction<'_>, scope: &Scope, episode: &Episode) -> rusqlite::Result<()> {
+    // The previous episode of the session, indexed beside this one as its context.
+    let context: Option<String> = match &episode.session_id {
+        Some(session_id) => transaction
+            .prepare_cached(
+                "SELECT text FROM episodes WHERE tenant = ?1 AND user_id = ?2 AND session_id = ?3 \
+                 ORDER BY seq DESC LIMIT 1",
+            )?
+            .query_row(
+                params![scope.tenant().as_str(), scope.user().as_str(), session_id],
+                |row| row.get(0),
+            )
+            .optional()?,
+        None => None,
+    };
     transaction.execute(
         "INSERT INTO episodes (id, tenant, user_id, session_id, text, occurred_at, ingested_at, embedding) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -256,8 +270,8 @@ fn insert_episode(transaction: &Transaction<'_>, scope: &Scope, episode: &Episod
     )?;
     let seq = transaction.last_insert_rowid();
     transaction.execute(
-        "INSERT INTO episodes_fts (rowid, text, scope_key) VALUES (?1, ?2, ?3)",
-        params![seq, episode.text, scope_key(scope)],
+        "INSERT INTO episodes_fts (rowid, text, scope_key, context) VALUES (?1, ?2, ?3, ?4)",
+        params![seq, episode.text, scope_key(scope), context],
     )?;
     Ok(())
 }

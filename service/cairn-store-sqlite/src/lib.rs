@@ -35,7 +35,7 @@ struct Inner {
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     path: PathBuf,
-    vectors: vectors::VectorCache,
+    vectors: vectors::VectorIndexes,
 }
 
 /// The embedded backend. Cheap to clone; clones share connections.
@@ -78,7 +78,7 @@ impl SqliteStore {
                 readers,
                 next_reader: AtomicUsize::new(0),
                 path,
-                vectors: vectors::VectorCache::default(),
+                vectors: vectors::VectorIndexes::default(),
             }),
         })
     }
@@ -228,6 +228,26 @@ fn status_condition_text(status: StatusFilter) -> &'static str {
     }
 }
 
+/// Whether a change adds, removes or alters rows of `tier` in a way the kNN leg sees:
+/// membership, vectors, or the columns its currency conditions test.
+fn changes_rows_of(change: &Change, tier: Tier) -> bool {
+    match change {
+        Change::InsertEpisodes(_) => tier == Tier::Episodic,
+        Change::InsertFact(_)
+        | Change::SupersedeFact { .. }
+        | Change::RetractFact { .. }
+        | Change::EraseFact { .. } => tier == Tier::Semantic,
+        Change::InsertPlaybook(_) | Change::AppendPlaybookVersion { .. } => tier == Tier::Procedural,
+        Change::InsertEdge(_)
+        | Change::InsertTombstone(_)
+        | Change::LiftTombstone { .. }
+        | Change::RecordPlaybookOutcome { .. }
+        | Change::EnqueueJob(_)
+        | Change::CompleteJobs(_)
+        | Change::MoveWatermark { .. } => false,
+    }
+}
+
 #[async_trait::async_trait]
 impl MemoryStore for SqliteStore {
     async fn ping(&self) -> Result<()> {
@@ -247,12 +267,14 @@ impl MemoryStore for SqliteStore {
             let transaction = connection.transaction().map_err(storage)?;
             commit::apply(&transaction, &scope, &change_set)?;
             transaction.commit().map_err(storage)?;
-            // Erased rows free their rowids for reuse and new versions replace vectors.
-            for change in &change_set.changes {
-                match change {
-                    Change::EraseFact { .. } => inner.vectors.clear(Tier::Semantic),
-                    Change::AppendPlaybookVersion { .. } => inner.vectors.clear(Tier::Procedural),
-                    _ => {}
+            // The vector index of every tier whose rows changed is rebuilt on its next query.
+            for tier in Tier::ALL {
+                if change_set
+                    .changes
+                    .iter()
+                    .any(|change| changes_rows_of(change, tier))
+                {
+                    inner.vectors.invalidate(tier, &scope);
                 }
             }
             Ok(())
@@ -748,7 +770,7 @@ impl MemoryStore for SqliteStore {
             commit::insert_audit(&transaction, &scope, &audit).map_err(storage)?;
             transaction.commit().map_err(storage)?;
             for tier in Tier::ALL {
-                inner.vectors.clear(tier);
+                inner.vectors.invalidate(tier, &scope);
             }
             Ok(receipt)
         })

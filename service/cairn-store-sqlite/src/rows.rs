@@ -165,9 +165,13 @@ pub fn audit_event(row: &Row<'_>) -> rusqlite::Result<AuditEvent> {
 /// 64-bit FNV-1a hash of tenant and user. A collision costs only index selectivity,
 /// because every query also filters on the scope columns.
 pub fn scope_key(scope: &Scope) -> String {
+    scope_key_of(scope.tenant().as_str(), scope.user().as_str())
+}
+
+/// [`scope_key`] from the stored tenant and user columns.
+pub fn scope_key_of(tenant: &str, user: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = scope.tenant().as_str().bytes();
-    for byte in bytes.chain([0u8]).chain(scope.user().as_str().bytes()) {
+    for byte in tenant.bytes().chain([0u8]).chain(user.bytes()) {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }

@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Durability, safety and read settings applied to every connection. `synchronous=FULL`
 /// in WAL mode means an acknowledged commit survives a crash of the process or the
@@ -37,6 +37,10 @@ pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     }
     if version < 2 {
         transaction.execute_batch(CONSOLIDATION)?;
+    }
+    if version < 3 {
+        transaction.execute_batch(EPISODE_CONTEXT)?;
+        reindex_episodes(&transaction)?;
     }
     if version < SCHEMA_VERSION {
         transaction.execute(
@@ -191,6 +195,40 @@ BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
 CREATE TRIGGER audit_events_append_only_delete BEFORE DELETE ON audit_events
 BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
 "#;
+
+/// Version 3: an episode is indexed with the text of the previous episode of its session
+/// as a second, lower-weighted column, so a short reply ("yes, since March") is found by
+/// the words of what it answers. The full-text table is rebuilt by [`reindex_episodes`].
+const EPISODE_CONTEXT: &str = r#"
+CREATE INDEX episodes_session ON episodes (tenant, user_id, session_id, seq);
+DROP TABLE episodes_fts;
+CREATE VIRTUAL TABLE episodes_fts USING fts5 (text, scope_key, context, tokenize = 'porter unicode61 remove_diacritics 2');
+INSERT INTO episodes_fts (episodes_fts, rank) VALUES ('secure-delete', 1);
+"#;
+
+/// Fills the episodes' full-text table from the stored episodes, each with its context.
+fn reindex_episodes(transaction: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    let mut episodes = transaction.prepare(
+        "SELECT seq, tenant, user_id, text, CASE WHEN session_id IS NULL THEN NULL ELSE \
+         LAG(text) OVER (PARTITION BY tenant, user_id, session_id ORDER BY seq) END FROM episodes",
+    )?;
+    let mut insert = transaction
+        .prepare("INSERT INTO episodes_fts (rowid, text, scope_key, context) VALUES (?1, ?2, ?3, ?4)")?;
+    let mut rows = episodes.query([])?;
+    while let Some(row) = rows.next()? {
+        let tenant: String = row.get(1)?;
+        let user: String = row.get(2)?;
+        let text: String = row.get(3)?;
+        let context: Option<String> = row.get(4)?;
+        insert.execute(rusqlite::params![
+            row.get::<_, i64>(0)?,
+            text,
+            crate::rows::scope_key_of(&tenant, &user),
+            context
+        ])?;
+    }
+    Ok(())
+}
 
 /// Version 2: the consolidation watermark per scope and the durable job queue. A job's
 /// `assistant_context` is transient extraction context, deleted with the job.

@@ -1,22 +1,24 @@
-//! Retrieval legs per tier: BM25 through FTS5 and brute-force cosine kNN over stored
-//! vectors. Both apply scope and currency inside the query, before ranking.
+//! Retrieval legs per tier: BM25 through FTS5, and kNN over a per-scope in-memory
+//! index rescored by exact cosine. Both apply scope and currency before ranking.
 
 use crate::rows::{self, micros, scope_key};
-use crate::vectors::{RowVector, VectorCache};
+use crate::vectors::{Currency, ScopeIndex, VectorIndexes};
 use cairn_core::text::query_terms;
-use cairn_core::{Error, Memory, Result, Scope, SearchFilter, TextHit, TextQuery, Tier, VectorQuery, cosine};
+use cairn_core::{
+    Error, FactType, Memory, Result, Scope, SearchFilter, TextHit, TextQuery, Tier, VectorQuery, cosine,
+};
 use rusqlite::Connection;
 use rusqlite::types::Value;
-use std::sync::Arc;
+use std::collections::HashMap;
 
 fn storage(error: rusqlite::Error) -> Error {
     Error::Storage(error.to_string())
 }
 
 /// Builds an FTS5 query from free text: the scope token is required, and the text's
-/// tokens are alternatives. Every token is quoted, so no user input is ever parsed as
-/// FTS5 syntax. `None` when the text has no searchable token.
-fn match_expression(scope: &Scope, text: &str) -> Option<String> {
+/// tokens are alternatives in the searched `columns`. Every token is quoted, so no user
+/// input is ever parsed as FTS5 syntax. `None` when the text has no searchable token.
+fn match_expression(scope: &Scope, columns: &str, text: &str) -> Option<String> {
     let terms = query_terms(text);
     if terms.is_empty() {
         return None;
@@ -27,7 +29,7 @@ fn match_expression(scope: &Scope, text: &str) -> Option<String> {
         .collect::<Vec<_>>()
         .join(" OR ");
     Some(format!(
-        "scope_key : \"{}\" AND text : ({alternatives})",
+        "scope_key : \"{}\" AND {columns} : ({alternatives})",
         scope_key(scope)
     ))
 }
@@ -38,13 +40,9 @@ fn bind(parameters: &mut Vec<Value>, value: Value) -> String {
     format!("?{}", parameters.len())
 }
 
-/// The table, its alias, its columns and the WHERE conditions (scope, then currency at
-/// `as_of`) of one tier.
-fn restrictions(
-    scope: &Scope,
-    restrict: &SearchFilter,
-    parameters: &mut Vec<Value>,
-) -> (&'static str, String) {
+/// The WHERE conditions (scope, then currency at `as_of`) of one tier, over the alias
+/// of its [`layout`].
+fn restrictions(scope: &Scope, restrict: &SearchFilter, parameters: &mut Vec<Value>) -> String {
     let tenant = bind(parameters, Value::Text(scope.tenant().as_str().to_owned()));
     let user = bind(parameters, Value::Text(scope.user().as_str().to_owned()));
     let as_of = bind(parameters, Value::Integer(micros(restrict.as_of)));
@@ -70,7 +68,7 @@ fn restrictions(
                     .collect();
                 conditions.push_str(&format!(" AND f.fact_type IN ({})", placeholders.join(", ")));
             }
-            ("facts f", conditions)
+            conditions
         }
         Tier::Episodic => {
             let mut conditions =
@@ -79,20 +77,18 @@ fn restrictions(
                 let session = bind(parameters, Value::Text(session_id.clone()));
                 conditions.push_str(&format!(" AND e.session_id = {session}"));
             }
-            ("episodes e", conditions)
+            conditions
         }
-        Tier::Procedural => (
-            "playbooks p",
-            format!("p.tenant = {tenant} AND p.user_id = {user} AND p.created_at <= {as_of}"),
-        ),
+        Tier::Procedural => format!("p.tenant = {tenant} AND p.user_id = {user} AND p.created_at <= {as_of}"),
     }
 }
 
-fn columns(tier: Tier) -> (&'static str, &'static str) {
+/// A tier's row columns, table (with its alias) and alias.
+fn layout(tier: Tier) -> (&'static str, &'static str, &'static str) {
     match tier {
-        Tier::Semantic => (rows::FACT_COLUMNS, "f"),
-        Tier::Episodic => (rows::EPISODE_COLUMNS, "e"),
-        Tier::Procedural => (rows::PLAYBOOK_COLUMNS, "p"),
+        Tier::Semantic => (rows::FACT_COLUMNS, "facts f", "f"),
+        Tier::Episodic => (rows::EPISODE_COLUMNS, "episodes e", "e"),
+        Tier::Procedural => (rows::PLAYBOOK_COLUMNS, "playbooks p", "p"),
     }
 }
 
@@ -104,140 +100,223 @@ fn memory(tier: Tier, row: &rusqlite::Row<'_>) -> rusqlite::Result<Memory> {
     })
 }
 
+/// A query's full-text table, the columns it searches and the BM25 weights of its
+/// columns: text, the scope token (nothing) and, for episodes, the context at the
+/// query's context weight (not searched at 0).
+fn full_text(query: &TextQuery) -> (&'static str, &'static str, Vec<f64>) {
+    match query.filter.tier {
+        Tier::Semantic => ("facts_fts", "text", vec![1.0, 0.0]),
+        Tier::Episodic if query.context_weight > 0.0 && query.context_weight.is_finite() => (
+            "episodes_fts",
+            "{text context}",
+            vec![1.0, 0.0, query.context_weight],
+        ),
+        Tier::Episodic => ("episodes_fts", "text", vec![1.0, 0.0, 0.0]),
+        Tier::Procedural => ("playbooks_fts", "text", vec![1.0, 0.0]),
+    }
+}
+
+/// BM25 over the records that pass the restrictions. The ranking statement reads only
+/// row ids, scores and the columns the conditions test; the full rows (vectors
+/// included) are loaded for the winners alone.
 pub fn search_text(connection: &Connection, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
-    let Some(expression) = match_expression(scope, &query.text) else {
+    let (fts, searched, weights) = full_text(query);
+    let Some(expression) = match_expression(scope, searched, &query.text) else {
         return Ok(Vec::new());
     };
     let mut parameters = Vec::new();
+    let weights: Vec<String> = weights
+        .into_iter()
+        .map(|weight| bind(&mut parameters, Value::Real(weight)))
+        .collect();
+    let rank = format!("bm25({fts}, {})", weights.join(", "));
     let matched = bind(&mut parameters, Value::Text(expression));
     let restrict = &query.filter;
-    let (table, conditions) = restrictions(scope, restrict, &mut parameters);
+    let conditions = restrictions(scope, restrict, &mut parameters);
     let limit = bind(
         &mut parameters,
         Value::Integer(i64::try_from(query.filter.limit).unwrap_or(i64::MAX)),
     );
-    let (columns, alias) = columns(query.filter.tier);
-    let fts = match query.filter.tier {
-        Tier::Semantic => "facts_fts",
-        Tier::Episodic => "episodes_fts",
-        Tier::Procedural => "playbooks_fts",
-    };
+    let (_, table, alias) = layout(query.filter.tier);
     // CROSS JOIN keeps the full-text match as the outer loop: the planner must not
     // walk the scope's rows and probe the FTS index once per row.
     let sql = format!(
-        "SELECT {columns}, bm25({fts}, 1.0, 0.0) AS rank FROM {fts} CROSS JOIN {table} ON {alias}.seq = {fts}.rowid \
+        "SELECT {fts}.rowid, {rank} AS rank FROM {fts} CROSS JOIN {table} ON {alias}.seq = {fts}.rowid \
          WHERE {fts} MATCH {matched} AND {conditions} ORDER BY rank LIMIT {limit}"
     );
-    let mut statement = connection.prepare_cached(&sql).map_err(storage)?;
-    let tier = query.filter.tier;
-    let hits = statement
+    let ranked: Vec<(i64, f64)> = connection
+        .prepare_cached(&sql)
+        .map_err(storage)?
         .query_map(rusqlite::params_from_iter(parameters.iter()), |row| {
-            let rank: f64 = row.get(row.as_ref().column_count() - 1)?;
-            // FTS5's bm25() is negated so that smaller sorts first; report the score.
-            Ok(TextHit {
-                memory: memory(tier, row)?,
-                score: -rank,
-            })
+            Ok((row.get(0)?, row.get(1)?))
         })
         .map_err(storage)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(storage)?;
-    Ok(hits)
-}
-
-/// Exact cosine kNN: reads the ids of the records that pass the restrictions, scores
-/// their vectors (from the cache, loading what is missing), then loads the best rows.
-pub fn search_vector(
-    connection: &Connection,
-    cache: &VectorCache,
-    scope: &Scope,
-    query: &VectorQuery,
-) -> Result<Vec<TextHit>> {
-    if query.filter.limit == 0 {
-        return Ok(Vec::new());
-    }
-    let mut parameters = Vec::new();
-    let restrict = &query.filter;
-    let (table, conditions) = restrictions(scope, restrict, &mut parameters);
-    let (columns, alias) = columns(query.filter.tier);
-    // Only index columns are read here; rows without a vector are cached as empty.
-    let candidates_sql = format!("SELECT {alias}.seq FROM {table} WHERE {conditions}");
-    let seqs: Vec<i64> = connection
-        .prepare_cached(&candidates_sql)
-        .map_err(storage)?
-        .query_map(rusqlite::params_from_iter(parameters.iter()), |row| row.get(0))
-        .map_err(storage)?
         .collect::<rusqlite::Result<_>>()
         .map_err(storage)?;
-    let (mut vectors, missing) = cache.lookup(query.filter.tier, &seqs);
-    if !missing.is_empty() {
-        let loaded = load_vectors(connection, table, alias, &missing)?;
-        cache.remember(query.filter.tier, &loaded);
-        vectors.extend(loaded);
-    }
-    let mut scored: Vec<(f32, i64)> = vectors
-        .iter()
-        .filter(|(_, vector)| vector.len() == query.vector.len())
-        .map(|(seq, vector)| (cosine(&query.vector, vector), *seq))
-        .collect();
-    let keep = query.filter.limit.min(scored.len());
-    if keep == 0 {
-        return Ok(Vec::new());
-    }
-    scored.select_nth_unstable_by(keep - 1, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    scored.truncate(keep);
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-
-    let placeholders = vec!["?"; scored.len()].join(", ");
-    let rows_sql = format!("SELECT {columns} FROM {table} WHERE {alias}.seq IN ({placeholders})");
-    let mut statement = connection.prepare(&rows_sql).map_err(storage)?;
-    let tier = query.filter.tier;
-    let mut by_seq: std::collections::HashMap<i64, Memory> = statement
-        .query_map(
-            rusqlite::params_from_iter(scored.iter().map(|(_, seq)| *seq)),
-            |row| Ok((row.get::<_, i64>(0)?, memory(tier, row)?)),
-        )
-        .map_err(storage)?
-        .collect::<rusqlite::Result<_>>()
-        .map_err(storage)?;
-    Ok(scored
+    let mut by_seq = load_rows(
+        connection,
+        scope,
+        query.filter.tier,
+        ranked.iter().map(|(seq, _)| *seq),
+    )?;
+    Ok(ranked
         .into_iter()
-        .filter_map(|(similarity, seq)| {
-            by_seq.remove(&seq).map(|memory| TextHit {
-                memory,
-                score: f64::from(similarity),
-            })
+        .filter_map(|(seq, rank)| {
+            // FTS5's bm25() is negated so that smaller sorts first; report the score.
+            by_seq.remove(&seq).map(|memory| TextHit { memory, score: -rank })
         })
         .collect())
 }
 
-/// Reads the vectors of the given rows, in chunks that stay under SQLite's parameter limit.
-fn load_vectors(connection: &Connection, table: &str, alias: &str, seqs: &[i64]) -> Result<Vec<RowVector>> {
-    let mut loaded = Vec::with_capacity(seqs.len());
-    for chunk in seqs.chunks(500) {
-        let placeholders = vec!["?"; chunk.len()].join(", ");
-        let sql = format!(
-            "SELECT {alias}.seq, {alias}.embedding FROM {table} WHERE {alias}.seq IN ({placeholders})"
-        );
-        let mut statement = connection.prepare(&sql).map_err(storage)?;
-        let mut rows = statement
-            .query(rusqlite::params_from_iter(chunk.iter()))
-            .map_err(storage)?;
-        while let Some(row) = rows.next().map_err(storage)? {
-            let seq: i64 = row.get(0).map_err(storage)?;
-            // A row without a vector is cached as an empty one and never scores.
-            let bytes = row
-                .get_ref(1)
-                .map_err(storage)?
-                .as_blob_or_null()
-                .map_err(|e| Error::Storage(e.to_string()))?
-                .unwrap_or_default();
-            let vector: Arc<[f32]> = bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            loaded.push((seq, vector));
-        }
+/// Loads whole rows of a tier by row id, within the scope.
+fn load_rows(
+    connection: &Connection,
+    scope: &Scope,
+    tier: Tier,
+    seqs: impl ExactSizeIterator<Item = i64>,
+) -> Result<HashMap<i64, Memory>> {
+    if seqs.len() == 0 {
+        return Ok(HashMap::new());
     }
-    Ok(loaded)
+    let (columns, table, alias) = layout(tier);
+    let placeholders = vec!["?"; seqs.len()].join(", ");
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE {alias}.tenant = ? AND {alias}.user_id = ? \
+         AND {alias}.seq IN ({placeholders})"
+    );
+    let mut statement = connection.prepare(&sql).map_err(storage)?;
+    let mut parameters = vec![
+        Value::Text(scope.tenant().as_str().to_owned()),
+        Value::Text(scope.user().as_str().to_owned()),
+    ];
+    parameters.extend(seqs.map(Value::Integer));
+    let rows: HashMap<i64, Memory> = statement
+        .query_map(rusqlite::params_from_iter(parameters), |row| {
+            Ok((row.get::<_, i64>(0)?, memory(tier, row)?))
+        })
+        .map_err(storage)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(storage)?;
+    Ok(rows)
+}
+
+/// How many approximate candidates are rescored exactly per requested hit.
+const RESCORED_PER_HIT: usize = 4;
+/// The fewest candidates rescored, so small limits still see past quantisation noise.
+const RESCORED_AT_LEAST: usize = 40;
+
+/// kNN over the records that pass the restrictions: the scope's in-memory index gives
+/// approximate candidates, which are rescored by exact cosine on their stored vectors.
+pub fn search_vector(
+    connection: &Connection,
+    indexes: &VectorIndexes,
+    scope: &Scope,
+    query: &VectorQuery,
+) -> Result<Vec<TextHit>> {
+    let limit = query.filter.limit;
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let tier = query.filter.tier;
+    let index = indexes.get_or_build(tier, scope, || {
+        build_index(connection, scope, tier, query.vector.len())
+    })?;
+    if index.dimension() != query.vector.len() {
+        return Ok(Vec::new());
+    }
+    let candidates = index.candidates(
+        &query.vector,
+        &query.filter,
+        limit.saturating_mul(RESCORED_PER_HIT).max(RESCORED_AT_LEAST),
+    );
+    let by_seq = load_rows(connection, scope, tier, candidates.iter().map(|(_, seq)| *seq))?;
+    let mut scored: Vec<(f32, i64, Memory)> = by_seq
+        .into_iter()
+        .filter_map(|(seq, memory)| {
+            let similarity = embedding(&memory)
+                .filter(|vector| vector.len() == query.vector.len())
+                .map(|vector| cosine(&query.vector, vector))?;
+            Some((similarity, seq, memory))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.truncate(limit);
+    Ok(scored
+        .into_iter()
+        .map(|(similarity, _, memory)| TextHit {
+            memory,
+            score: f64::from(similarity),
+        })
+        .collect())
+}
+
+fn embedding(memory: &Memory) -> Option<&[f32]> {
+    match memory {
+        Memory::Fact(fact) => fact.embedding.as_deref(),
+        Memory::Episode(episode) => episode.embedding.as_deref(),
+        Memory::Playbook(playbook) => playbook.embedding.as_deref(),
+    }
+}
+
+/// Reads a scope's rows of a tier into a vector index: row ids, the columns the
+/// currency conditions test (statuses that can never match are left out), and vectors.
+fn build_index(connection: &Connection, scope: &Scope, tier: Tier, dimension: usize) -> Result<ScopeIndex> {
+    let sql = match tier {
+        Tier::Semantic => {
+            "SELECT seq, created_at, expires_at, valid_to, valid_from, superseded_at, fact_type, NULL, embedding \
+             FROM facts WHERE tenant = ?1 AND user_id = ?2 AND status IN ('active', 'superseded') \
+             AND embedding IS NOT NULL"
+        }
+        Tier::Episodic => {
+            "SELECT seq, ingested_at, NULL, NULL, NULL, NULL, NULL, session_id, embedding \
+             FROM episodes WHERE tenant = ?1 AND user_id = ?2 AND embedding IS NOT NULL"
+        }
+        Tier::Procedural => {
+            "SELECT seq, created_at, NULL, NULL, NULL, NULL, NULL, NULL, embedding \
+             FROM playbooks WHERE tenant = ?1 AND user_id = ?2 AND embedding IS NOT NULL"
+        }
+    };
+    let mut statement = connection.prepare_cached(sql).map_err(storage)?;
+    let mut rows = statement
+        .query(rusqlite::params![scope.tenant().as_str(), scope.user().as_str()])
+        .map_err(storage)?;
+    let mut index = ScopeIndex::new(dimension);
+    let mut vector = Vec::with_capacity(dimension);
+    while let Some(row) = rows.next().map_err(storage)? {
+        let bound = |column: usize, absent: i64| -> Result<i64> {
+            Ok(row
+                .get::<_, Option<i64>>(column)
+                .map_err(storage)?
+                .unwrap_or(absent))
+        };
+        let kind = match row.get::<_, Option<String>>(6).map_err(storage)? {
+            Some(fact_type) => FactType::parse(&fact_type)? as u8,
+            None => 0,
+        };
+        let currency = Currency {
+            seq: row.get(0).map_err(storage)?,
+            known_from: row.get(1).map_err(storage)?,
+            until: bound(2, i64::MAX)?.min(bound(3, i64::MAX)?),
+            valid_from: bound(4, i64::MIN)?,
+            superseded_at: bound(5, i64::MAX)?,
+            kind,
+            session: row
+                .get::<_, Option<String>>(7)
+                .map_err(storage)?
+                .map(String::into_boxed_str),
+        };
+        let bytes = row
+            .get_ref(8)
+            .map_err(storage)?
+            .as_blob()
+            .map_err(|e| Error::Storage(e.to_string()))?;
+        vector.clear();
+        vector.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+        index.push(currency, &vector);
+    }
+    Ok(index)
 }

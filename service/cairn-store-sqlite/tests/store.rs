@@ -42,3 +42,91 @@ async fn data_survives_reopening() {
     let found = reopened.get_fact(&scope, &record.id).await.expect("get");
     assert_eq!(found.map(|fact| fact.text), Some(record.text));
 }
+
+#[tokio::test]
+async fn upgrading_from_version_2_indexes_episode_context() {
+    use cairn_core::{Change, ChangeSet, Episode, MemoryStore, SearchFilter, TextQuery, Tier};
+    let directory = tempfile::tempdir().expect("temp dir");
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let now = chrono::Utc::now();
+    let episode = |text: &str| Episode {
+        id: cairn_core::new_id("epi"),
+        session_id: Some("s1".into()),
+        text: text.into(),
+        occurred_at: now,
+        ingested_at: now,
+        embedding: None,
+    };
+    let (question, reply) = (
+        episode("Which marathon are you training for?"),
+        episode("The one in Lisbon."),
+    );
+    {
+        let store = SqliteStore::open(directory.path()).expect("open");
+        let event = cairn_core::AuditEvent {
+            id: cairn_core::new_id("aud"),
+            at: now,
+            subject: "test".into(),
+            tenant: "acme".into(),
+            user: "alice".into(),
+            action: "episode.ingest".into(),
+            target_ids: Vec::new(),
+            request_id: "req".into(),
+            detail: serde_json::Value::Null,
+        };
+        store
+            .commit(
+                &scope,
+                ChangeSet::new(event).with(Change::InsertEpisodes(vec![question.clone(), reply.clone()])),
+            )
+            .await
+            .expect("commit");
+    }
+    // Put the file back into its version 2 shape: a full-text table without context.
+    {
+        let connection =
+            rusqlite::Connection::open(directory.path().join("cairn.sqlite3")).expect("open file");
+        connection
+            .execute_batch(
+                "CREATE TABLE saved AS SELECT rowid AS seq, text, scope_key FROM episodes_fts;
+                 DROP TABLE episodes_fts;
+                 DROP INDEX episodes_session;
+                 CREATE VIRTUAL TABLE episodes_fts USING fts5 (text, scope_key, tokenize = 'porter unicode61 remove_diacritics 2');
+                 INSERT INTO episodes_fts (rowid, text, scope_key) SELECT seq, text, scope_key FROM saved;
+                 DROP TABLE saved;
+                 UPDATE schema_meta SET value = '2' WHERE key = 'version';",
+            )
+            .expect("downgrade");
+    }
+    let store = SqliteStore::open(directory.path()).expect("reopen and migrate");
+    let search = |text: &str| {
+        TextQuery::new(
+            SearchFilter {
+                tier: Tier::Episodic,
+                as_of: chrono::Utc::now(),
+                include_history: false,
+                fact_types: Vec::new(),
+                session_id: None,
+                limit: 10,
+            },
+            text,
+        )
+    };
+    let ids = |hits: Vec<cairn_core::TextHit>| -> Vec<String> {
+        hits.into_iter().map(|hit| hit.memory.id().to_owned()).collect()
+    };
+    assert_eq!(
+        ids(store
+            .search_text(&scope, &search("marathon"))
+            .await
+            .expect("search")),
+        vec![question.id.clone(), reply.id.clone()]
+    );
+    assert_eq!(
+        ids(store
+            .search_text(&scope, &search("Lisbon"))
+            .await
+            .expect("search")),
+        vec![reply.id.clone()]
+    );
+}

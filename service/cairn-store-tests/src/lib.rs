@@ -30,6 +30,7 @@ macro_rules! conformance_suite {
             playbook_versions_are_conditional,
             usage_is_counted,
             episodes_are_searchable_by_session,
+            episodes_are_found_by_the_episode_before_them,
             vector_search_is_scoped_and_current,
             the_embedding_space_is_claimed_once,
             vectors_follow_erasure_and_reuse,
@@ -116,9 +117,8 @@ async fn search(
     store
         .search_text(
             scope,
-            &TextQuery {
-                text: text.to_owned(),
-                filter: SearchFilter {
+            &TextQuery::new(
+                SearchFilter {
                     tier: Tier::Semantic,
                     as_of,
                     include_history: history,
@@ -126,7 +126,8 @@ async fn search(
                     session_id: None,
                     limit: 50,
                 },
-            },
+                text.to_owned(),
+            ),
         )
         .await
         .expect("search")
@@ -740,9 +741,8 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
     let hits = store
         .search_text(
             &alice,
-            &TextQuery {
-                text: "announce release".into(),
-                filter: SearchFilter {
+            &TextQuery::new(
+                SearchFilter {
                     tier: Tier::Procedural,
                     as_of: Utc::now(),
                     include_history: false,
@@ -750,7 +750,8 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
                     session_id: None,
                     limit: 5,
                 },
-            },
+                "announce release",
+            ),
         )
         .await
         .expect("search");
@@ -798,16 +799,18 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
         )
         .await
         .expect("ingest");
-    let query = |session: Option<&str>| TextQuery {
-        text: "biscuit".into(),
-        filter: SearchFilter {
-            tier: Tier::Episodic,
-            as_of: Utc::now(),
-            include_history: false,
-            fact_types: Vec::new(),
-            session_id: session.map(str::to_owned),
-            limit: 10,
-        },
+    let query = |session: Option<&str>| {
+        TextQuery::new(
+            SearchFilter {
+                tier: Tier::Episodic,
+                as_of: Utc::now(),
+                include_history: false,
+                fact_types: Vec::new(),
+                session_id: session.map(str::to_owned),
+                limit: 10,
+            },
+            "biscuit",
+        )
     };
     assert_eq!(
         store
@@ -843,6 +846,107 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
             .await
             .expect("get")
             .is_none()
+    );
+}
+
+/// An episode is indexed with the previous episode of its session as context: a reply
+/// is found by the words of what it answers, below an episode that says them itself,
+/// and context never crosses sessions, later commits or scopes.
+pub async fn episodes_are_found_by_the_episode_before_them(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let now = Utc::now();
+    let make = |session: Option<&str>, text: &str| cairn_core::Episode {
+        id: new_id("epi"),
+        session_id: session.map(str::to_owned),
+        text: text.to_owned(),
+        occurred_at: now,
+        ingested_at: now,
+        embedding: None,
+    };
+    let ingest = |scope: Scope, episodes: Vec<cairn_core::Episode>| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .commit(
+                    &scope,
+                    ChangeSet::new(audit(&scope, "episode.ingest")).with(Change::InsertEpisodes(episodes)),
+                )
+                .await
+                .expect("ingest");
+        }
+    };
+    let question = make(Some("s1"), "Which marathon are you training for?");
+    let reply = make(Some("s1"), "The one in Lisbon, in October.");
+    let elsewhere = make(Some("s2"), "I bought new running shoes.");
+    let no_session = make(None, "Nothing planned yet.");
+    ingest(alice.clone(), vec![question.clone(), reply.clone()]).await;
+    // A later commit: its first episode's context is the last stored one of its session.
+    let later = make(Some("s1"), "Yes, with my sister.");
+    ingest(
+        alice.clone(),
+        vec![elsewhere.clone(), later.clone(), no_session.clone()],
+    )
+    .await;
+    ingest(
+        bob.clone(),
+        vec![make(Some("s1"), "Marathon training starts Monday")],
+    )
+    .await;
+    let found_weighted = |scope: Scope, text: &'static str, context_weight: f64| {
+        let store = Arc::clone(&store);
+        async move {
+            let query = TextQuery {
+                context_weight,
+                ..TextQuery::new(
+                    SearchFilter {
+                        tier: Tier::Episodic,
+                        as_of: Utc::now(),
+                        include_history: false,
+                        fact_types: Vec::new(),
+                        session_id: None,
+                        limit: 10,
+                    },
+                    text,
+                )
+            };
+            store
+                .search_text(&scope, &query)
+                .await
+                .expect("search")
+                .into_iter()
+                .map(|hit| hit.memory.id().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let found = |scope: Scope, text: &'static str| found_weighted(scope, text, TextQuery::CONTEXT_WEIGHT);
+    assert_eq!(
+        found(alice.clone(), "marathon training").await,
+        vec![question.id.clone(), reply.id.clone()],
+        "the question first, then the reply through its context"
+    );
+    assert_eq!(
+        found(alice.clone(), "Lisbon").await,
+        vec![reply.id.clone(), later.id.clone()]
+    );
+    assert_eq!(
+        found(alice.clone(), "running shoes").await,
+        vec![elsewhere.id.clone()]
+    );
+    assert_eq!(found(alice.clone(), "sister").await, vec![later.id.clone()]);
+    assert_eq!(
+        found_weighted(alice.clone(), "Lisbon", 0.0).await,
+        vec![reply.id.clone()],
+        "a context weight of 0 searches the text alone"
+    );
+    let stored = store
+        .get_episode(&alice, &reply.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(
+        stored.text, reply.text,
+        "context is indexed, not stored in the text"
     );
 }
 

@@ -714,10 +714,7 @@ impl Cairn {
                 };
                 collect_facts(&mut found, self.store.search_vector(scope, &query).await?);
             }
-            let query = TextQuery {
-                filter,
-                text: episode.text.clone(),
-            };
+            let query = TextQuery::new(filter, episode.text.clone());
             collect_facts(&mut found, self.store.search_text(scope, &query).await?);
         }
         let mut facts: Vec<Fact> = found.into_values().collect();
@@ -743,10 +740,7 @@ impl Cairn {
             };
             collect_facts(&mut found, self.store.search_vector(scope, &query).await?);
         }
-        let query = TextQuery {
-            filter: current_filter(limit),
-            text: text.to_owned(),
-        };
+        let query = TextQuery::new(current_filter(limit), text.to_owned());
         collect_facts(&mut found, self.store.search_text(scope, &query).await?);
         for (id, fact) in found {
             working.facts.entry(id).or_insert(fact);
@@ -759,10 +753,7 @@ impl Cairn {
     async fn derived_before(&self, scope: &Scope, candidate: &CandidateFact) -> Result<Option<Fact>> {
         let mut filter = current_filter(10);
         filter.include_history = true;
-        let query = TextQuery {
-            filter,
-            text: candidate.text.clone(),
-        };
+        let query = TextQuery::new(filter, candidate.text.clone());
         let threshold = self.settings.consolidation.duplicate_jaccard;
         Ok(self
             .store

@@ -49,6 +49,37 @@ async fn bootstrap_is_idempotent_and_reports_a_wrong_mapping() {
     );
 }
 
+#[tokio::test]
+async fn bootstrap_adds_fields_a_newer_template_brings() {
+    let Some(url) = super::url("CAIRN_TEST_OPENSEARCH_URL") else {
+        eprintln!("skipped: CAIRN_TEST_OPENSEARCH_URL is not set");
+        return;
+    };
+    let prefix = format!("cairn-test-{}", uuid::Uuid::now_v7().simple());
+    let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 3)
+        .await
+        .expect("connect");
+    let _cleanup = super::Indices::of(&url, &store);
+    // The episodes index as an earlier release made it: the template without `context`.
+    let templates: serde_json::Value =
+        serde_json::from_str(include_str!("../../../../mappings/opensearch.json")).expect("templates parse");
+    let mut earlier = templates["episodes"]["template"].clone();
+    let properties = earlier["mappings"]["properties"]
+        .as_object_mut()
+        .expect("properties");
+    assert!(properties.remove("context").is_some());
+    properties["embedding"]["dimension"] = json!(3);
+    assert!(
+        reqwest_free_put(&url, &format!("{prefix}-episodes"), earlier).await,
+        "earlier index created"
+    );
+    let report = store.bootstrap().await.expect("bootstrap extends it");
+    assert_eq!(report.extended, vec![format!("{prefix}-episodes")]);
+    assert_eq!(report.created.len(), cairn_store_cluster::INDICES.len() - 1);
+    let again = store.bootstrap().await.expect("bootstrap again");
+    assert!(again.extended.is_empty() && again.created.is_empty());
+}
+
 /// Creates an index with a plain HTTP request (std only), as an operator might by hand.
 async fn reqwest_free_put(url: &str, index: &str, body: serde_json::Value) -> bool {
     let address = url.trim_start_matches("http://").trim_end_matches('/').to_owned();

@@ -1,7 +1,7 @@
 //! Snapshots of every query body, for both engines. A scope filter that goes missing,
 //! or a kNN filter that moves out of the kNN clause, changes a snapshot.
 
-use cairn_core::{FactStatus, FactType, SearchFilter, Tier};
+use cairn_core::{FactStatus, FactType, SearchFilter, TextQuery, Tier};
 use cairn_store_cluster::{Engine, mappings, query};
 use chrono::{DateTime, Utc};
 
@@ -38,11 +38,23 @@ fn filter(tier: Tier) -> SearchFilter {
 fn text_queries_filter_scope_and_currency() {
     let scope = cairn_store_tests::scope("acme", "alice");
     for tier in [Tier::Semantic, Tier::Episodic, Tier::Procedural] {
-        let body =
-            query::text_search(&scope, &filter(tier), "Which sneakers does the user like?").expect("terms");
+        let body = query::text_search(
+            &scope,
+            &TextQuery::new(filter(tier), "Which sneakers does the user like?"),
+        )
+        .expect("terms");
         insta::assert_json_snapshot!(format!("text_{}", tier.as_str()), sorted(&body));
     }
-    assert!(query::text_search(&scope, &filter(Tier::Semantic), "?!").is_none());
+    assert!(query::text_search(&scope, &TextQuery::new(filter(Tier::Semantic), "?!")).is_none());
+    let without_context = TextQuery {
+        context_weight: 0.0,
+        ..TextQuery::new(filter(Tier::Episodic), "sneakers")
+    };
+    let body = query::text_search(&scope, &without_context).expect("terms");
+    assert_eq!(
+        body["query"]["bool"]["must"]["match"]["text"]["query"],
+        "sneakers"
+    );
 }
 
 #[test]
@@ -74,6 +86,8 @@ fn listings_and_status_conditions() {
         Some((1_700_000_000_000_000, "fact_x")),
     );
     insta::assert_json_snapshot!("listing_active_facts", sorted(&body));
+    let last = query::last_of_session(&scope, "s1");
+    insta::assert_json_snapshot!("last_episode_of_session", sorted(&last));
 }
 
 #[test]
