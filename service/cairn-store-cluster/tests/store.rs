@@ -37,7 +37,9 @@ fn url(variable: &str) -> Option<String> {
     std::env::var(variable).ok().filter(|url| !url.is_empty())
 }
 
-async fn fresh(variable: &str) -> Option<(ClusterStore, Indices)> {
+/// A store on a fresh prefix, not bootstrapped yet, with the cluster's URL; its indices
+/// are deleted when the guard drops. `None` (the test is skipped) without a cluster.
+async fn unprepared(variable: &str) -> Option<(String, ClusterStore, Indices)> {
     let Some(url) = url(variable) else {
         eprintln!("skipped: {variable} is not set");
         return None;
@@ -46,8 +48,13 @@ async fn fresh(variable: &str) -> Option<(ClusterStore, Indices)> {
     let store = ClusterStore::connect(&url, &prefix, 3)
         .await
         .expect("the test cluster answers");
-    store.bootstrap().await.expect("bootstrap");
     let indices = Indices::of(&url, &store);
+    Some((url, store, indices))
+}
+
+async fn fresh(variable: &str) -> Option<(ClusterStore, Indices)> {
+    let (_, store, indices) = unprepared(variable).await?;
+    store.bootstrap().await.expect("bootstrap");
     Some((store, indices))
 }
 

@@ -130,3 +130,69 @@ async fn upgrading_from_version_2_indexes_episode_context() {
         vec![reply.id.clone()]
     );
 }
+
+/// BM25 applies currency before ranking: current facts that score below thousands of
+/// expired ones are still the hits.
+#[tokio::test]
+async fn current_facts_below_many_stale_matches_are_found() {
+    use cairn_core::{Change, ChangeSet, MemoryStore, SearchFilter, TextQuery, Tier};
+    let (store, _directory) = fresh_store();
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let now = chrono::Utc::now();
+    let audit = || cairn_core::AuditEvent {
+        id: cairn_core::new_id("aud"),
+        at: now,
+        subject: "test".into(),
+        tenant: "acme".into(),
+        user: "alice".into(),
+        action: "fact.create".into(),
+        target_ids: Vec::new(),
+        request_id: "req".into(),
+        detail: serde_json::Value::Null,
+    };
+    let current: Vec<cairn_core::Fact> = ["The user drinks tea with lemon", "The user buys tea in bulk"]
+        .iter()
+        .map(|text| cairn_store_tests::fact(text, now - chrono::Duration::hours(1)))
+        .collect();
+    let search_after = |stale: usize| {
+        let store = store.clone();
+        let scope = scope.clone();
+        let current = current.clone();
+        async move {
+            let mut changes = ChangeSet::new(audit());
+            for index in 0..stale {
+                let mut fact =
+                    cairn_store_tests::fact(&format!("tea tea {index}"), now - chrono::Duration::hours(2));
+                fact.expires_at = Some(now - chrono::Duration::minutes(30));
+                changes = changes.with(Change::InsertFact(fact));
+            }
+            store.commit(&scope, changes).await.expect("insert stale facts");
+            let filter = SearchFilter {
+                tier: Tier::Semantic,
+                as_of: now,
+                include_history: false,
+                fact_types: Vec::new(),
+                session_id: None,
+                limit: 2,
+            };
+            let mut found: Vec<String> = store
+                .search_text(&scope, &TextQuery::new(filter, "tea"))
+                .await
+                .expect("search")
+                .into_iter()
+                .map(|hit| hit.memory.id().to_owned())
+                .collect();
+            found.sort();
+            let mut expected: Vec<String> = current.iter().map(|fact| fact.id.clone()).collect();
+            expected.sort();
+            assert_eq!(found, expected, "after {stale} stale facts");
+        }
+    };
+    let mut changes = ChangeSet::new(audit());
+    for fact in &current {
+        changes = changes.with(Change::InsertFact(fact.clone()));
+    }
+    store.commit(&scope, changes).await.expect("insert current facts");
+    search_after(100).await;
+    search_after(5_000).await;
+}

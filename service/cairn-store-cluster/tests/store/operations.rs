@@ -5,15 +5,9 @@ use serde_json::json;
 
 #[tokio::test]
 async fn bootstrap_is_idempotent_and_reports_a_wrong_mapping() {
-    let Some(url) = super::url("CAIRN_TEST_OPENSEARCH_URL") else {
-        eprintln!("skipped: CAIRN_TEST_OPENSEARCH_URL is not set");
+    let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
         return;
     };
-    let prefix = format!("cairn-test-{}", uuid::Uuid::now_v7().simple());
-    let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 3)
-        .await
-        .expect("connect");
-    let _cleanup = super::Indices::of(&url, &store);
     let first = store.bootstrap().await.expect("bootstrap");
     assert_eq!(first.created.len(), cairn_store_cluster::INDICES.len());
     let second = store.bootstrap().await.expect("bootstrap again");
@@ -21,11 +15,10 @@ async fn bootstrap_is_idempotent_and_reports_a_wrong_mapping() {
     assert_eq!(second.existing.len(), cairn_store_cluster::INDICES.len());
 
     // Another prefix whose facts index was made by hand: text as a keyword, no vector.
-    let wrong = format!("cairn-test-{}", uuid::Uuid::now_v7().simple());
-    let other = cairn_store_cluster::ClusterStore::connect(&url, &wrong, 3)
-        .await
-        .expect("connect");
-    let _cleanup_other = super::Indices::of(&url, &other);
+    let Some((_, other, _cleanup_other)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
+        return;
+    };
+    let wrong = other.prefix().to_owned();
     let client = reqwest_free_put(
         &url,
         &format!("{wrong}-facts"),
@@ -51,15 +44,9 @@ async fn bootstrap_is_idempotent_and_reports_a_wrong_mapping() {
 
 #[tokio::test]
 async fn bootstrap_adds_fields_a_newer_template_brings() {
-    let Some(url) = super::url("CAIRN_TEST_OPENSEARCH_URL") else {
-        eprintln!("skipped: CAIRN_TEST_OPENSEARCH_URL is not set");
+    let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
         return;
     };
-    let prefix = format!("cairn-test-{}", uuid::Uuid::now_v7().simple());
-    let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 3)
-        .await
-        .expect("connect");
-    let _cleanup = super::Indices::of(&url, &store);
     // The episodes index as an earlier release made it: the template without `context`.
     let templates: serde_json::Value =
         serde_json::from_str(include_str!("../../../../mappings/opensearch.json")).expect("templates parse");
@@ -70,9 +57,10 @@ async fn bootstrap_adds_fields_a_newer_template_brings() {
     assert!(properties.remove("context").is_some());
     properties["embedding"]["dimension"] = json!(3);
     assert!(
-        reqwest_free_put(&url, &format!("{prefix}-episodes"), earlier).await,
+        reqwest_free_put(&url, &format!("{}-episodes", store.prefix()), earlier).await,
         "earlier index created"
     );
+    let prefix = store.prefix().to_owned();
     let report = store.bootstrap().await.expect("bootstrap extends it");
     assert_eq!(report.extended, vec![format!("{prefix}-episodes")]);
     assert_eq!(report.created.len(), cairn_store_cluster::INDICES.len() - 1);
