@@ -1,7 +1,10 @@
 //! LoCoMo retrieval evaluation through Cairn's real recall pipeline.
 //!
 //! Each conversation becomes one tenant with one user; every turn is ingested as an
-//! episode ("speaker: text [photo: caption]"). Every question of categories 1-4 with
+//! episode ("speaker: text [photo: caption]") of its session, so each turn is indexed
+//! with the turn before it as context. A second copy of each conversation is ingested
+//! without session ids (every turn indexed alone) for the per-turn baseline rows.
+//! Every question of categories 1-4 with
 //! evidence is then recalled in its conversation's scope under several pipeline
 //! configurations, and turn Recall@1/5/10/25, session Recall@1/5 and MRR are printed.
 //! An isolation sweep asks every question in every other conversation's scope; any hit
@@ -52,8 +55,19 @@ struct Conversation {
     questions: Vec<(String, HashSet<String>)>,
 }
 
-fn scope_of(sample_id: &str) -> anyhow::Result<Scope> {
-    harness::scope(sample_id, "speakers", "locomo-eval")
+/// How turns are ingested: as episodes of their sessions, or alone.
+#[derive(Clone, Copy, PartialEq)]
+enum Indexing {
+    WithSessions,
+    TurnsAlone,
+}
+
+fn scope_of(sample_id: &str, indexing: Indexing) -> anyhow::Result<Scope> {
+    let tenant = match indexing {
+        Indexing::WithSessions => sample_id.to_owned(),
+        Indexing::TurnsAlone => format!("{sample_id}-alone"),
+    };
+    harness::scope(&tenant, "speakers", "locomo-eval")
 }
 
 fn session_of(turn_id: &str) -> &str {
@@ -117,8 +131,8 @@ impl Tally {
     }
 }
 
-async fn ingest(cairn: &Cairn, sample: &Sample) -> anyhow::Result<Conversation> {
-    let scope = scope_of(&sample.sample_id)?;
+async fn ingest(cairn: &Cairn, sample: &Sample, indexing: Indexing) -> anyhow::Result<Conversation> {
+    let scope = scope_of(&sample.sample_id, indexing)?;
     let context = RequestContext {
         request_id: "locomo".into(),
     };
@@ -153,7 +167,7 @@ async fn ingest(cairn: &Cairn, sample: &Sample) -> anyhow::Result<Conversation> 
                 .collect();
             let request = IngestRequest {
                 messages,
-                session_id: Some(key.to_owned()),
+                session_id: (indexing == Indexing::WithSessions).then(|| key.to_owned()),
                 consolidate: cairn_app::ConsolidateMode::None,
             };
             let outcome = cairn.ingest(&scope, &context, request).await?;
@@ -183,6 +197,45 @@ async fn ingest(cairn: &Cairn, sample: &Sample) -> anyhow::Result<Conversation> 
         turn_of_episode,
         questions,
     })
+}
+
+/// A fresh store: SQLite in a temporary directory (returned, so it lives as long as the
+/// store), or new indices on the search cluster under a prefix named by `name`.
+async fn open_store(
+    options: &Options,
+    name: &str,
+) -> anyhow::Result<(Arc<dyn MemoryStore>, Option<ClusterStore>, tempfile::TempDir)> {
+    let directory = tempfile::tempdir()?;
+    Ok(match &options.opensearch {
+        Some(url) => {
+            let prefix = format!("cairn-eval-{}-{name}", std::process::id());
+            let cluster = ClusterStore::connect(url, &prefix, 384).await?;
+            cluster.bootstrap().await?;
+            eprintln!(
+                "backend: {} {} (prefix {prefix})",
+                cluster.engine().as_str(),
+                cluster.version()
+            );
+            (Arc::new(cluster.clone()), Some(cluster), directory)
+        }
+        None => (Arc::new(SqliteStore::open(directory.path())?), None, directory),
+    })
+}
+
+/// Recall figures of one pipeline over every question of the given conversations.
+async fn tally(cairn: &Cairn, conversations: &[Conversation]) -> anyhow::Result<Tally> {
+    let mut tally = Tally::default();
+    for conversation in conversations {
+        for (question, evidence) in &conversation.questions {
+            let turns: Vec<String> = ranked(cairn, &conversation.scope, question, 25)
+                .await?
+                .iter()
+                .filter_map(|id| conversation.turn_of_episode.get(id).cloned())
+                .collect();
+            tally.add(&turns, evidence);
+        }
+    }
+    Ok(tally)
 }
 
 async fn ranked(cairn: &Cairn, scope: &Scope, question: &str, k: usize) -> anyhow::Result<Vec<String>> {
@@ -236,25 +289,10 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
     let samples: Vec<Sample> = serde_json::from_str(
         &std::fs::read_to_string(&data).with_context(|| format!("cannot read {}", data.display()))?,
     )?;
-    let directory = tempfile::tempdir()?;
-    let cluster = match &options.opensearch {
-        Some(url) => {
-            let prefix = format!("cairn-eval-{}", std::process::id());
-            let cluster = ClusterStore::connect(url, &prefix, 384).await?;
-            cluster.bootstrap().await?;
-            eprintln!(
-                "backend: {} {} (prefix {prefix})",
-                cluster.engine().as_str(),
-                cluster.version()
-            );
-            Some(cluster)
-        }
-        None => None,
-    };
-    let store: Arc<dyn MemoryStore> = match &cluster {
-        Some(cluster) => Arc::new(cluster.clone()),
-        None => Arc::new(SqliteStore::open(directory.path())?),
-    };
+    // The copy whose turns are indexed alone gets a store of its own: BM25 statistics
+    // span a whole store, so sharing one would change both copies' scores.
+    let (store, cluster, _directory) = open_store(&options, "sessions").await?;
+    let (alone_store, alone_cluster, _alone_directory) = open_store(&options, "alone").await?;
     let model = harness::embedder_config(&models);
     let embedder = Arc::new(OnnxEmbedder::load(&model)?);
     let late_interaction = LateInteractionReranker::load(&model)?;
@@ -276,9 +314,13 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
         |bm25_weight: f64, knn_weight: f64| pipeline_with(Fusion::ReciprocalRank, bm25_weight, knn_weight);
     let started = std::time::Instant::now();
     let ingestor = pipeline(1.0, 1.0);
+    let on_alone =
+        |settings: Settings| Cairn::new(Arc::clone(&alone_store), Some(embedder.clone()), settings);
     let mut conversations = Vec::new();
+    let mut turns_alone = Vec::new();
     for sample in &samples {
-        conversations.push(ingest(&ingestor, sample).await?);
+        conversations.push(ingest(&ingestor, sample, Indexing::WithSessions).await?);
+        turns_alone.push(ingest(&on_alone(base.clone()), sample, Indexing::TurnsAlone).await?);
     }
     let turns: usize = conversations.iter().map(|c| c.turn_of_episode.len()).sum();
     let questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
@@ -288,27 +330,9 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
         started.elapsed().as_secs_f64()
     );
 
-    // Episodes searched by their own text alone: the plain per-turn baseline.
-    let without_context = |fusion: Fusion, bm25_weight: f64, knn_weight: f64| {
-        let settings = Settings {
-            fusion,
-            bm25_weight,
-            knn_weight,
-            episode_context_weight: 0.0,
-            ..base.clone()
-        };
-        Cairn::new(Arc::clone(&store), Some(embedder.clone()), settings)
-    };
+    // Rows on the copy whose turns are indexed alone, then rows on the session copy.
     let mut configurations = vec![
-        (
-            "BM25 only, turn text alone",
-            without_context(Fusion::ScaledScores, 1.0, 0.0),
-        ),
-        (
-            "scaled scores 0.7/0.3, turn text alone",
-            without_context(Fusion::ScaledScores, 0.7, 0.3),
-        ),
-        ("BM25 only (text + session context)", pipeline(1.0, 0.0)),
+        ("BM25 only", pipeline(1.0, 0.0)),
         ("kNN only", pipeline(0.0, 1.0)),
         ("RRF (k=60), BM25 + kNN", pipeline(1.0, 1.0)),
         ("RRF, BM25 weight 2", pipeline(2.0, 1.0)),
@@ -339,19 +363,19 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
     println!();
     println!("| pipeline | turn R@1 | turn R@5 | turn R@10 | turn R@25 | session R@1 | session R@5 | MRR |");
     println!("|---|---|---|---|---|---|---|---|");
+    let bm25_alone = on_alone(Settings {
+        fusion: Fusion::ReciprocalRank,
+        knn_weight: 0.0,
+        ..base.clone()
+    });
+    for (name, cairn) in [
+        ("BM25 only, turns indexed alone", bm25_alone),
+        ("default, turns indexed alone", on_alone(base.clone())),
+    ] {
+        println!("{}", tally(&cairn, &turns_alone).await?.row(name));
+    }
     for (name, cairn) in &configurations {
-        let mut tally = Tally::default();
-        for conversation in &conversations {
-            for (question, evidence) in &conversation.questions {
-                let turns: Vec<String> = ranked(cairn, &conversation.scope, question, 25)
-                    .await?
-                    .iter()
-                    .filter_map(|id| conversation.turn_of_episode.get(id).cloned())
-                    .collect();
-                tally.add(&turns, evidence);
-            }
-        }
-        println!("{}", tally.row(name));
+        println!("{}", tally(cairn, &conversations).await?.row(name));
     }
 
     // Isolation sweep: every question in every other scope; any foreign hit fails.
@@ -382,7 +406,7 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
     println!();
     println!("isolation sweep: {asked} questions asked in other conversations' scopes, 0 foreign hits");
     eprintln!("evaluation took {:.1} s", started.elapsed().as_secs_f64());
-    if let Some(cluster) = cluster {
+    for cluster in [cluster, alone_cluster].into_iter().flatten() {
         cluster.delete_indices().await?;
     }
     Ok(())

@@ -221,7 +221,8 @@ fn main() {
         let cairn = Cairn::new(Arc::clone(&store), Some(Arc::clone(&embedder)), settings);
         let mut sequence = Sequence(0x9e37_79b9_7f4a_7c15);
 
-        // Ingest throughput: episodes through the ingest use case, embedding included.
+        // Ingest throughput: episodes through the ingest use case, embedding included, all
+        // of one session (so each is indexed with the episode before it as context).
         let episodes = if legs == "both" { 2_000 } else { 0 };
         let ingest_scope = scope("ingest-tenant");
         let context = RequestContext { request_id: "bench".into() };
@@ -230,7 +231,7 @@ fn main() {
             let messages = (0..20)
                 .map(|i| Message { role: Role::User, content: sequence.sentence(batch * 20 + i), timestamp: None })
                 .collect();
-            let request = IngestRequest { messages, session_id: None, consolidate: ConsolidateMode::None };
+            let request = IngestRequest { messages, session_id: Some("bench-session".into()), consolidate: ConsolidateMode::None };
             cairn.ingest(&ingest_scope, &context, request).await.expect("ingest");
         }
         let ingest_seconds = started.elapsed().as_secs_f64();
@@ -243,7 +244,7 @@ fn main() {
         let started = Instant::now();
         for index in 0..episodes / 10 {
             let messages = vec![Message { role: Role::User, content: sequence.sentence(index), timestamp: None }];
-            let request = IngestRequest { messages, session_id: None, consolidate: ConsolidateMode::None };
+            let request = IngestRequest { messages, session_id: Some("bench-session".into()), consolidate: ConsolidateMode::None };
             cairn.ingest(&ingest_scope, &context, request).await.expect("ingest");
         }
         if episodes > 0 {
