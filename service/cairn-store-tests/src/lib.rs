@@ -97,6 +97,16 @@ pub fn fact(text: &str, created_at: DateTime<Utc>) -> Fact {
     }
 }
 
+async fn ingest_episodes(store: &dyn MemoryStore, scope: &Scope, episodes: Vec<cairn_core::Episode>) {
+    store
+        .commit(
+            scope,
+            ChangeSet::new(audit(scope, "episode.ingest")).with(Change::InsertEpisodes(episodes)),
+        )
+        .await
+        .expect("ingest episodes");
+}
+
 async fn insert(store: &dyn MemoryStore, scope: &Scope, fact: &Fact) {
     store
         .commit(
@@ -600,13 +610,7 @@ pub async fn erasing_a_scope_counts_and_spares_other_scopes(store: Arc<dyn Memor
             embedding: None,
         })
         .collect::<Vec<_>>();
-    store
-        .commit(
-            &alice,
-            ChangeSet::new(audit(&alice, "episode.ingest")).with(Change::InsertEpisodes(episodes)),
-        )
-        .await
-        .expect("episodes");
+    ingest_episodes(store.as_ref(), &alice, episodes).await;
     let first = fact("The user grows tomatoes", now);
     insert(store.as_ref(), &alice, &first).await;
     let second = fact("The user grows peppers", now);
@@ -791,14 +795,7 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
     };
     let first = make("s1", "I adopted a puppy called Biscuit");
     let second = make("s2", "Biscuit chewed my shoes");
-    store
-        .commit(
-            &alice,
-            ChangeSet::new(audit(&alice, "episode.ingest"))
-                .with(Change::InsertEpisodes(vec![first.clone(), second.clone()])),
-        )
-        .await
-        .expect("ingest");
+    ingest_episodes(store.as_ref(), &alice, vec![first.clone(), second.clone()]).await;
     let query = |session: Option<&str>| {
         TextQuery::new(
             SearchFilter {
@@ -866,15 +863,7 @@ pub async fn episodes_are_found_by_the_episode_before_them(store: Arc<dyn Memory
     };
     let ingest = |scope: Scope, episodes: Vec<cairn_core::Episode>| {
         let store = Arc::clone(&store);
-        async move {
-            store
-                .commit(
-                    &scope,
-                    ChangeSet::new(audit(&scope, "episode.ingest")).with(Change::InsertEpisodes(episodes)),
-                )
-                .await
-                .expect("ingest");
-        }
+        async move { ingest_episodes(store.as_ref(), &scope, episodes).await }
     };
     let question = make(Some("s1"), "Which marathon are you training for?");
     let reply = make(Some("s1"), "The one in Lisbon, in October.");
@@ -1109,13 +1098,9 @@ pub async fn the_watermark_moves_only_from_where_it_is(store: Arc<dyn MemoryStor
     let now = Utc::now();
     let texts = ["first", "second", "third", "fourth"];
     for text in texts {
-        let change_set = ChangeSet::new(audit(&alice, "episode.ingest"))
-            .with(Change::InsertEpisodes(vec![episode(text, now)]));
-        store.commit(&alice, change_set).await.expect("ingest");
+        ingest_episodes(store.as_ref(), &alice, vec![episode(text, now)]).await;
     }
-    let bob_set = ChangeSet::new(audit(&bob, "episode.ingest"))
-        .with(Change::InsertEpisodes(vec![episode("bob's", now)]));
-    store.commit(&bob, bob_set).await.expect("ingest bob");
+    ingest_episodes(store.as_ref(), &bob, vec![episode("bob's", now)]).await;
 
     assert_eq!(store.watermark(&alice).await.expect("watermark"), 0);
     let all = store.episodes_after(&alice, 0, 10).await.expect("log");
