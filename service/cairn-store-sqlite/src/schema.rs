@@ -97,8 +97,8 @@ CREATE TABLE facts (
 );
 CREATE INDEX facts_scope ON facts (tenant, user_id, seq);
 CREATE INDEX facts_fingerprint ON facts (tenant, user_id, fingerprint);
--- Covers every currency condition, so the vector leg selects its candidates from the
--- index alone without touching the rows (and their vectors).
+-- Covers every currency condition; listings by scope and status read it. (Version 1
+-- built it for the vector leg, which now keeps its own in-memory index per scope.)
 CREATE INDEX facts_currency ON facts (tenant, user_id, status, created_at, superseded_at, expires_at,
     valid_from, valid_to, fact_type, seq);
 CREATE VIRTUAL TABLE facts_fts USING fts5 (text, scope_key, tokenize = 'porter unicode61 remove_diacritics 2');
