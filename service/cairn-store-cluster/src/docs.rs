@@ -33,7 +33,7 @@ fn optional_time(source: &Value, field: &str) -> Result<Option<DateTime<Utc>>> {
     }
 }
 
-fn text(source: &Value, field: &str) -> String {
+pub fn text(source: &Value, field: &str) -> String {
     source[field].as_str().unwrap_or_default().to_owned()
 }
 

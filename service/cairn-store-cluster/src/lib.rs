@@ -652,15 +652,38 @@ impl ClusterStore {
     }
 
     /// Deletes every document of the scope matching `extra` in one index; returns how many.
-    /// The text of the latest stored episode of a session, the context of the next one.
-    async fn last_episode_text(&self, scope: &Scope, session_id: &str) -> Result<Option<String>> {
+    /// The latest stored episode of a session (a search hit, with its version).
+    async fn last_episode(&self, scope: &Scope, session_id: &str) -> Result<Option<Value>> {
         let body = query::last_of_session(scope, session_id);
         Ok(self
             .scoped_search(scope, "episodes", body)
             .await?
-            .first()
-            .and_then(|hit| hit["_source"]["text"].as_str())
-            .map(str::to_owned))
+            .into_iter()
+            .next())
+    }
+
+    /// Appends the text of the episode that followed a stored one to its context. A
+    /// concurrent change to the same document wins; the context is ranking help only.
+    async fn append_context(&self, tenant: &str, stored: Value, next: &str) -> Result<()> {
+        let mut source = stored["_source"].clone();
+        let context = match source["context"].as_str() {
+            Some(context) if !context.is_empty() => format!("{context}\n{next}"),
+            _ => next.to_owned(),
+        };
+        source["context"] = json!(context);
+        let version = (
+            stored["_seq_no"].as_i64().unwrap_or(0),
+            stored["_primary_term"].as_i64().unwrap_or(1),
+        );
+        let id = docs::text(&source, "id");
+        let answer = self
+            .write_if("episodes", &id, tenant, source, Some(version))
+            .await?;
+        if answer.ok() || answer.status == 409 {
+            Ok(())
+        } else {
+            Err(failure("episodes", &answer))
+        }
     }
 
     async fn erase_where(&self, scope: &Scope, kind: &str, extra: Vec<Value>) -> Result<u64> {
@@ -744,24 +767,35 @@ impl MemoryStore for ClusterStore {
             lines.push(body);
         };
         let mut deferred = Vec::new();
+        // Stored episodes that get the first new episode of their session as context,
+        // once the new ones are written.
+        let mut followed = Vec::new();
         for change in &change_set.changes {
             match change {
                 Change::InsertEpisodes(episodes) => {
                     let first = self.allocate_positions(scope, episodes.len() as u64).await?;
-                    // Each episode is indexed with the previous episode of its session.
-                    let mut previous: HashMap<&str, &str> = HashMap::new();
-                    for (offset, episode) in episodes.iter().enumerate() {
-                        let context = match episode.session_id.as_deref() {
-                            Some(session) => {
-                                let context = match previous.get(session) {
-                                    Some(text) => Some((*text).to_owned()),
-                                    None => self.last_episode_text(scope, session).await?,
-                                };
-                                previous.insert(session, &episode.text);
-                                context
-                            }
-                            None => None,
+                    // Each episode is indexed with the episodes before and after it in its session.
+                    let mut contexts: Vec<Vec<String>> = vec![Vec::new(); episodes.len()];
+                    let mut latest: HashMap<&str, usize> = HashMap::new();
+                    for (index, episode) in episodes.iter().enumerate() {
+                        let Some(session) = episode.session_id.as_deref() else {
+                            continue;
                         };
+                        match latest.insert(session, index) {
+                            Some(before) => {
+                                contexts[index].push(episodes[before].text.clone());
+                                contexts[before].push(episode.text.clone());
+                            }
+                            None => {
+                                if let Some(stored) = self.last_episode(scope, session).await? {
+                                    contexts[index].push(docs::text(&stored["_source"], "text"));
+                                    followed.push((stored, episode.text.clone()));
+                                }
+                            }
+                        }
+                    }
+                    for (offset, (episode, context)) in episodes.iter().zip(contexts).enumerate() {
+                        let context = (!context.is_empty()).then(|| context.join("\n"));
                         create(
                             "episodes",
                             &episode.id,
@@ -804,6 +838,9 @@ impl MemoryStore for ClusterStore {
             create("audit", &event.id, docs::audit(scope, event));
         }
         self.bulk(lines, &[409]).await?;
+        for (stored, next) in followed {
+            self.append_context(tenant, stored, &next).await?;
+        }
         for change in deferred {
             match change {
                 Change::EraseFact { fact_id } => {

@@ -106,7 +106,8 @@ fn matching(query: &TextQuery, terms: String) -> Value {
     }
 }
 
-/// The latest episode of a session in the scope (only its text).
+/// The latest episode of a session in the scope, with its version for a conditional
+/// update of its context.
 pub fn last_of_session(scope: &Scope, session_id: &str) -> Value {
     let mut body = scoped(
         scope,
@@ -114,7 +115,7 @@ pub fn last_of_session(scope: &Scope, session_id: &str) -> Value {
         Some(json!([{ "position": "desc" }])),
         1,
     );
-    body["_source"] = json!(["text"]);
+    body["seq_no_primary_term"] = json!(true);
     body
 }
 

@@ -240,16 +240,17 @@ fn require_fact_status(
 }
 
 fn insert_episode(transaction: &Transaction<'_>, scope: &Scope, episode: &Episode) -> rusqlite::Result<()> {
-    // The previous episode of the session, indexed beside this one as its context.
-    let context: Option<String> = match &episode.session_id {
+    // The previous episode of the session: indexed beside this one as its context, and
+    // this one is appended to its context.
+    let previous: Option<(i64, String)> = match &episode.session_id {
         Some(session_id) => transaction
             .prepare_cached(
-                "SELECT text FROM episodes WHERE tenant = ?1 AND user_id = ?2 AND session_id = ?3 \
+                "SELECT seq, text FROM episodes WHERE tenant = ?1 AND user_id = ?2 AND session_id = ?3 \
                  ORDER BY seq DESC LIMIT 1",
             )?
             .query_row(
                 params![scope.tenant().as_str(), scope.user().as_str(), session_id],
-                |row| row.get(0),
+                |row| Ok((row.get(0)?, row.get(1)?)),
             )
             .optional()?,
         None => None,
@@ -271,8 +272,19 @@ fn insert_episode(transaction: &Transaction<'_>, scope: &Scope, episode: &Episod
     let seq = transaction.last_insert_rowid();
     transaction.execute(
         "INSERT INTO episodes_fts (rowid, text, scope_key, context) VALUES (?1, ?2, ?3, ?4)",
-        params![seq, episode.text, scope_key(scope), context],
+        params![
+            seq,
+            episode.text,
+            scope_key(scope),
+            previous.as_ref().map(|(_, text)| text)
+        ],
     )?;
+    if let Some((previous_seq, _)) = previous {
+        transaction.execute(
+            "UPDATE episodes_fts SET context = concat_ws(char(10), context, ?1) WHERE rowid = ?2",
+            params![episode.text, previous_seq],
+        )?;
+    }
     Ok(())
 }
 

@@ -196,9 +196,10 @@ CREATE TRIGGER audit_events_append_only_delete BEFORE DELETE ON audit_events
 BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
 "#;
 
-/// Version 3: an episode is indexed with the text of the previous episode of its session
-/// as a second, lower-weighted column, so a short reply ("yes, since March") is found by
-/// the words of what it answers. The full-text table is rebuilt by [`reindex_episodes`].
+/// Version 3: an episode is indexed with the texts of the episodes before and after it in
+/// its session as a second, lower-weighted column, so a short reply ("yes, since March")
+/// is found by the words of what it answers, and a statement by the words of the reply.
+/// The full-text table is rebuilt by [`reindex_episodes`].
 const EPISODE_CONTEXT: &str = r#"
 CREATE INDEX episodes_session ON episodes (tenant, user_id, session_id, seq);
 DROP TABLE episodes_fts;
@@ -210,7 +211,8 @@ INSERT INTO episodes_fts (episodes_fts, rank) VALUES ('secure-delete', 1);
 fn reindex_episodes(transaction: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     let mut episodes = transaction.prepare(
         "SELECT seq, tenant, user_id, text, CASE WHEN session_id IS NULL THEN NULL ELSE \
-         LAG(text) OVER (PARTITION BY tenant, user_id, session_id ORDER BY seq) END FROM episodes",
+         concat_ws(char(10), LAG(text) OVER session, LEAD(text) OVER session) END FROM episodes \
+         WINDOW session AS (PARTITION BY tenant, user_id, session_id ORDER BY seq)",
     )?;
     let mut insert = transaction
         .prepare("INSERT INTO episodes_fts (rowid, text, scope_key, context) VALUES (?1, ?2, ?3, ?4)")?;

@@ -127,7 +127,8 @@ async fn upgrading_from_version_2_indexes_episode_context() {
             .search_text(&scope, &search("Lisbon"))
             .await
             .expect("search")),
-        vec![reply.id.clone()]
+        vec![reply.id.clone(), question.id.clone()],
+        "the question is indexed with the reply that followed it"
     );
 }
 
