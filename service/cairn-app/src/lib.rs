@@ -52,7 +52,7 @@ pub struct Settings {
     pub bm25_weight: f64,
     /// Weight of the vector legs in fusion.
     pub knn_weight: f64,
-    /// BM25 weight of an episode's context (the previous episode of its session)
+    /// BM25 weight of an episode's context (the episodes before and after it in its session)
     /// against its own text; 0 searches episodes by their own text alone.
     pub episode_context_weight: f64,
     /// Largest `k` a recall may ask for.

@@ -160,8 +160,8 @@ pub struct SearchFilter {
 pub struct TextQuery {
     pub filter: SearchFilter,
     pub text: String,
-    /// Episodes only: the weight of an episode's context (the previous episode of its
-    /// session) against its own text. 0 searches the text alone.
+    /// Episodes only: the weight of an episode's context (the episodes before and after
+    /// it in its session) against its own text. 0 searches the text alone.
     pub context_weight: f64,
 }
 

@@ -222,7 +222,7 @@ fn main() {
         let mut sequence = Sequence(0x9e37_79b9_7f4a_7c15);
 
         // Ingest throughput: episodes through the ingest use case, embedding included, all
-        // of one session (so each is indexed with the episode before it as context).
+        // of one session (so each is indexed with its neighbours as context).
         let episodes = if legs == "both" { 2_000 } else { 0 };
         let ingest_scope = scope("ingest-tenant");
         let context = RequestContext { request_id: "bench".into() };

@@ -48,7 +48,7 @@ pub struct Config {
     pub rrf_k: f64,
     /// Candidates each retrieval leg contributes to fusion.
     pub candidates_per_leg: usize,
-    /// BM25 weight of an episode's context (the previous episode of its session).
+    /// BM25 weight of an episode's context (the episodes before and after it in its session).
     pub episode_context_weight: f64,
     /// Recall priors (multipliers on fused scores); 0 turns each off.
     pub recency_weight: f64,

@@ -89,7 +89,7 @@ pub fn text_search(scope: &Scope, query: &TextQuery) -> Option<Value> {
 }
 
 /// The scoring clause of a text search: episodes match on their text and, with the
-/// query's context weight, on their context (the previous episode of the session).
+/// query's context weight, on their context (the episodes around them in the session).
 fn matching(query: &TextQuery, terms: String) -> Value {
     match query.filter.tier {
         Tier::Episodic if query.context_weight > 0.0 && query.context_weight.is_finite() => {
