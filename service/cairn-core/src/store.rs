@@ -177,6 +177,12 @@ impl TextQuery {
             context_weight: Self::CONTEXT_WEIGHT,
         }
     }
+
+    /// Whether the query searches episodes' context: an episodic query with a positive,
+    /// finite context weight.
+    pub fn searches_context(&self) -> bool {
+        self.filter.tier == Tier::Episodic && self.context_weight > 0.0 && self.context_weight.is_finite()
+    }
 }
 
 /// A nearest-neighbour query, restricted by its filter before ranking (pre-filter).

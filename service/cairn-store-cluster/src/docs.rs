@@ -92,8 +92,8 @@ pub fn in_scope(scope: &Scope, source: &Value) -> bool {
     source["tenant"] == scope.tenant().as_str() && source["user"] == scope.user().as_str()
 }
 
-/// An episode's document; `context` holds the episodes before and after it in its session, indexed
-/// beside the text with a lower weight.
+/// An episode's document; `context` holds the episodes before and after it in its
+/// session, indexed beside the text with a lower weight.
 pub fn episode(scope: &Scope, episode: &Episode, position: u64, context: Option<&str>) -> Value {
     owned(
         scope,

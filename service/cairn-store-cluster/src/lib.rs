@@ -651,7 +651,6 @@ impl ClusterStore {
         Ok(())
     }
 
-    /// Deletes every document of the scope matching `extra` in one index; returns how many.
     /// The latest stored episode of a session (a search hit, with its version).
     async fn last_episode(&self, scope: &Scope, session_id: &str) -> Result<Option<Value>> {
         let body = query::last_of_session(scope, session_id);
@@ -686,6 +685,7 @@ impl ClusterStore {
         }
     }
 
+    /// Deletes every document of the scope matching `extra` in one index; returns how many.
     async fn erase_where(&self, scope: &Scope, kind: &str, extra: Vec<Value>) -> Result<u64> {
         let mut removed = 0;
         loop {

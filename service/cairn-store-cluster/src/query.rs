@@ -92,7 +92,7 @@ pub fn text_search(scope: &Scope, query: &TextQuery) -> Option<Value> {
 /// query's context weight, on their context (the episodes around them in the session).
 fn matching(query: &TextQuery, terms: String) -> Value {
     match query.filter.tier {
-        Tier::Episodic if query.context_weight > 0.0 && query.context_weight.is_finite() => {
+        Tier::Episodic if query.searches_context() => {
             json!({ "multi_match": {
             "query": terms,
             "fields": ["text", format!("context^{:?}", query.context_weight)],

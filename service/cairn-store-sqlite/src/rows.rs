@@ -52,14 +52,16 @@ pub fn embedding_bytes(embedding: Option<&Vec<f32>>) -> Option<Vec<u8>> {
     embedding.map(|values| values.iter().flat_map(|value| value.to_le_bytes()).collect())
 }
 
+/// The values of a stored vector ([`embedding_bytes`] read back).
+pub fn embedding_values(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    bytes
+        .chunks_exact(4)
+        .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+}
+
 fn embedding_at(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec<f32>>> {
     let bytes: Option<Vec<u8>> = row.get(index)?;
-    Ok(bytes.map(|bytes| {
-        bytes
-            .chunks_exact(4)
-            .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
-            .collect()
-    }))
+    Ok(bytes.map(|bytes| embedding_values(&bytes).collect()))
 }
 
 pub const EPISODE_COLUMNS: &str =

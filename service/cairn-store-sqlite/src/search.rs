@@ -106,7 +106,7 @@ fn memory(tier: Tier, row: &rusqlite::Row<'_>) -> rusqlite::Result<Memory> {
 fn full_text(query: &TextQuery) -> (&'static str, &'static str, Vec<f64>) {
     match query.filter.tier {
         Tier::Semantic => ("facts_fts", "text", vec![1.0, 0.0]),
-        Tier::Episodic if query.context_weight > 0.0 && query.context_weight.is_finite() => (
+        Tier::Episodic if query.searches_context() => (
             "episodes_fts",
             "{text context}",
             vec![1.0, 0.0, query.context_weight],
@@ -311,11 +311,7 @@ fn build_index(connection: &Connection, scope: &Scope, tier: Tier, dimension: us
             .as_blob()
             .map_err(|e| Error::Storage(e.to_string()))?;
         vector.clear();
-        vector.extend(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        );
+        vector.extend(rows::embedding_values(bytes));
         index.push(currency, &vector);
     }
     Ok(index)
