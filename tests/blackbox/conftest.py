@@ -2,12 +2,15 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -137,3 +140,71 @@ def make_server(tmp_path):
     yield make
     for instance in started:
         instance.stop()
+
+
+class FakeLlm:
+    """A FAKE LLM provider: a scripted OpenAI-compatible server on loopback, so the
+    real provider client runs. Answers extraction prompts with one fact per user message
+    "I love X", and every judgement with NEW. While `hold` is set, extraction requests
+    hang (the process is killed during one); `delay` seconds hold up each extraction
+    before it is answered."""
+
+    def __init__(self):
+        self.hold = threading.Event()
+        self.delay = 0.0
+        self.held = threading.Event()
+        self.extractions = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                prompt = body["messages"][1]["content"]
+                if prompt.startswith("Candidate: "):
+                    answer = {"verdict": "NEW", "target": None, "reason": "scripted"}
+                else:
+                    fake.extractions += 1
+                    if fake.hold.is_set():
+                        fake.held.set()
+                        time.sleep(60)
+                        return
+                    time.sleep(fake.delay)
+                    facts = []
+                    for match in re.finditer(r"^- id=(\S+) at=\S+: I love (.+)$", prompt, re.M):
+                        facts.append({"text": f"The user loves {match.group(2)}.", "fact_type": "preference",
+                                      "confidence": 0.9, "expires_in_hours": None, "valid_from": None,
+                                      "valid_to": None, "source_episode_ids": [match.group(1)],
+                                      "span": match.group(0)})
+                    answer = {"facts": facts, "playbooks": []}
+                reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": json.dumps(answer)}}],
+                                    "usage": {"prompt_tokens": 10, "completion_tokens": 10}}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def fake_llm():
+    fake = FakeLlm()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def fake_llm():
+    fake = FakeLlm()
+    yield fake
+    fake.close()

@@ -2,70 +2,7 @@
 no fact is duplicated. The LLM provider is a FAKE: a scripted OpenAI-compatible server
 on loopback, so the real provider client runs."""
 
-import json
-import re
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
-
-
-class FakeLlm:
-    """Answers extraction prompts with one fact per new user message, and every
-    judgement with NEW. While `hold` is set, extraction requests hang (the process is
-    killed during one)."""
-
-    def __init__(self):
-        self.hold = threading.Event()
-        self.held = threading.Event()
-        self.extractions = 0
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                prompt = body["messages"][1]["content"]
-                if prompt.startswith("Candidate: "):
-                    answer = {"verdict": "NEW", "target": None, "reason": "scripted"}
-                else:
-                    fake.extractions += 1
-                    if fake.hold.is_set():
-                        fake.held.set()
-                        time.sleep(60)
-                        return
-                    facts = []
-                    for match in re.finditer(r"^- id=(\S+) at=\S+: I love (.+)$", prompt, re.M):
-                        facts.append({"text": f"The user loves {match.group(2)}.", "fact_type": "preference",
-                                      "confidence": 0.9, "expires_in_hours": None, "valid_from": None,
-                                      "valid_to": None, "source_episode_ids": [match.group(1)],
-                                      "span": match.group(0)})
-                    answer = {"facts": facts, "playbooks": []}
-                reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": json.dumps(answer)}}],
-                                    "usage": {"prompt_tokens": 10, "completion_tokens": 10}}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-
-
-@pytest.fixture
-def fake_llm():
-    fake = FakeLlm()
-    yield fake
-    fake.close()
 
 
 def wait_for(predicate, seconds=30):

@@ -1,12 +1,17 @@
 //! Explicit fact writes, supersession, retraction and forgetting, through the gates.
 
+use crate::consolidation::language;
 use crate::{Cairn, RequestContext, audit_event, decision, now, validate};
 use cairn_core::text::fingerprint;
 use cairn_core::{
-    Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Error, Fact, FactStatus, FactType, Page,
-    PageRequest, Result, Scope, StatusFilter, Tombstone, TombstoneReason, new_id,
+    Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Episode, Error, Fact, FactStatus, FactType,
+    Memory, Page, PageRequest, Result, Scope, SearchFilter, StatusFilter, TextQuery, Tier, Tombstone,
+    TombstoneReason, new_id,
 };
 use chrono::{DateTime, Utc};
+
+/// Best text matches of a value searched for a restatement of it.
+const RESTATEMENT_CANDIDATES: usize = 20;
 
 /// How a superseding write treats the old value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -29,7 +34,11 @@ pub struct FactInput {
     pub valid_to: Option<DateTime<Utc>>,
     pub expires_at: Option<DateTime<Utc>>,
     /// The user restated a retracted or forgotten value first-hand: lift its tombstone.
+    /// Accepted only with evidence (see [`Cairn::restatement`]).
     pub reassert: bool,
+    /// The episode in which the user restated the value; without it, the scope's
+    /// episodes ingested after the tombstone are searched for one.
+    pub evidence_episode_id: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -58,7 +67,7 @@ impl Cairn {
         }
         let value_fingerprint = fingerprint(&text);
         let embedding = self.embed_one(&text).await?;
-        let fact = Fact {
+        let mut fact = Fact {
             id: new_id("fact"),
             fact_type: input.fact_type.unwrap_or(FactType::World),
             text,
@@ -82,17 +91,39 @@ impl Cairn {
         let mut changes = Vec::new();
         let mut decisions = Vec::new();
 
-        // Gate: tombstones. A retracted or forgotten value comes back only when the
-        // user restates it first-hand.
+        // Gate: tombstones. A retracted or forgotten value comes back only when asked
+        // for explicitly and backed by evidence: a user episode of this scope, ingested
+        // after the tombstone, that states the value.
+        let mut lift_event = None;
         if let Some(tombstone) = self.store.find_tombstone(scope, &value_fingerprint).await? {
-            if !input.reassert {
-                let blocked = decision(
-                    DecisionKind::BlockedByTombstone,
+            let evidence = if input.reassert {
+                self.restatement(
+                    scope,
+                    &tombstone,
+                    &fact.text,
+                    input.evidence_episode_id.as_deref(),
+                )
+                .await?
+            } else {
+                None
+            };
+            let Some(evidence) = evidence else {
+                let reason = if input.reassert {
+                    format!(
+                        "the value matches tombstone {} ({}) and no user episode ingested after it states the value",
+                        tombstone.id,
+                        tombstone.reason.as_str()
+                    )
+                } else {
                     format!(
                         "the value matches tombstone {} ({})",
                         tombstone.id,
                         tombstone.reason.as_str()
-                    ),
+                    )
+                };
+                let blocked = decision(
+                    DecisionKind::BlockedByTombstone,
+                    reason,
                     None,
                     vec![tombstone.id.clone()],
                 );
@@ -101,7 +132,7 @@ impl Cairn {
                     context,
                     "fact.write_refused",
                     vec![tombstone.id.clone()],
-                    serde_json::json!({ "fingerprint": value_fingerprint }),
+                    serde_json::json!({ "fingerprint": value_fingerprint, "reassert": input.reassert }),
                 );
                 self.store
                     .commit(scope, ChangeSet::new(event).with_decision(blocked))
@@ -109,16 +140,30 @@ impl Cairn {
                 return Err(Error::Tombstoned {
                     tombstone_id: tombstone.id,
                 });
-            }
+            };
             changes.push(Change::LiftTombstone {
                 tombstone_id: tombstone.id.clone(),
                 at: created_at,
             });
+            // The restatement is the new fact's evidence, and must still be stored when
+            // the lift commits.
+            changes.push(Change::RequireEpisodes(vec![evidence.id.clone()]));
+            fact.source_episode_ids = vec![evidence.id.clone()];
             decisions.push(decision(
                 DecisionKind::TombstoneLifted,
-                "the user restated the value first-hand",
+                format!(
+                    "episode {} ingested after the tombstone states the value",
+                    evidence.id
+                ),
                 Some(fact.id.clone()),
-                vec![tombstone.id],
+                vec![tombstone.id.clone(), evidence.id.clone()],
+            ));
+            lift_event = Some(audit_event(
+                scope,
+                context,
+                "tombstone.lift",
+                vec![tombstone.id, fact.id.clone()],
+                serde_json::json!({ "evidence_episode_id": evidence.id }),
             ));
         }
 
@@ -147,6 +192,7 @@ impl Cairn {
             let mut change_set = ChangeSet::new(event).with_decision(duplicate.clone());
             change_set.changes = changes;
             change_set.decisions.extend(decisions);
+            change_set.audit.extend(lift_event);
             self.store.commit(scope, change_set).await?;
             return Ok(FactWriteOutcome {
                 fact: existing,
@@ -223,12 +269,61 @@ impl Cairn {
         change_set.changes = changes;
         change_set.decisions = decisions;
         change_set.decisions.push(main_decision.clone());
+        change_set.audit.extend(lift_event);
         self.store.commit(scope, change_set).await?;
         Ok(FactWriteOutcome {
             fact,
             decision: main_decision,
             created: true,
         })
+    }
+
+    /// The user episode that restates a tombstoned value: ingested after the tombstone,
+    /// and holding every content word of the value (stemmed; function words and the
+    /// words "user"/"I" that the third-person rewrite changes are left out). The named
+    /// episode when one is given, else the newest such episode among the best text
+    /// matches of the value.
+    async fn restatement(
+        &self,
+        scope: &Scope,
+        tombstone: &Tombstone,
+        value: &str,
+        named: Option<&str>,
+    ) -> Result<Option<Episode>> {
+        let states = |episode: &Episode| {
+            episode.ingested_at > tombstone.created_at && language::states_value(&episode.text, value)
+        };
+        if let Some(episode_id) = named {
+            let episode = self
+                .store
+                .get_episode(scope, episode_id)
+                .await?
+                .ok_or(Error::NotFound { what: "episode" })?;
+            return Ok(states(&episode).then_some(episode));
+        }
+        let query = TextQuery {
+            // The episode's own words: its neighbours' words are not the user's statement.
+            context_weight: 0.0,
+            ..TextQuery::new(
+                SearchFilter {
+                    tier: Tier::Episodic,
+                    as_of: now(),
+                    include_history: false,
+                    fact_types: Vec::new(),
+                    session_id: None,
+                    limit: RESTATEMENT_CANDIDATES,
+                },
+                value.to_owned(),
+            )
+        };
+        let found = self.store.search_text(scope, &query).await?;
+        Ok(found
+            .into_iter()
+            .filter_map(|hit| match hit.memory {
+                Memory::Episode(episode) if states(&episode) => Some(episode),
+                _ => None,
+            })
+            .max_by_key(|episode| episode.ingested_at))
     }
 
     /// One fact of the scope, any status.

@@ -177,6 +177,11 @@ impl Cairn {
 
     /// Erases everything of the scope across every tier and returns what was removed.
     pub async fn erase_user(&self, scope: &Scope, context: &RequestContext) -> Result<ErasureReceipt> {
+        // A consolidation run in progress stops before its next commit, and none starts
+        // until the scope is erased: nothing derived from the erased episodes can be
+        // written after the receipt (the store's evidence precondition covers runs in
+        // other processes).
+        let _runs_excluded = self.consolidator.exclude_runs(scope).await?;
         let event = audit_event(scope, context, "user.erase", Vec::new(), serde_json::Value::Null);
         let receipt = self.store.erase_scope(scope, event).await?;
         tracing::info!(

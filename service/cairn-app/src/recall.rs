@@ -137,6 +137,17 @@ impl Priors {
     }
 }
 
+/// The values in first-seen order, each once.
+fn distinct<T: PartialEq + Copy>(values: &[T]) -> Vec<T> {
+    let mut unique = Vec::new();
+    for value in values {
+        if !unique.contains(value) {
+            unique.push(*value);
+        }
+    }
+    unique
+}
+
 /// The reciprocal rank fusion contribution of a 1-based `rank` in a leg of `weight`.
 pub fn rrf(weight: f64, k: f64, rank: usize) -> f64 {
     weight / (k + rank as f64)
@@ -213,11 +224,13 @@ impl Cairn {
         }
         let session_id = validate::label("session_id", request.session_id.as_deref())?;
         let as_of = request.as_of.unwrap_or_else(now);
+        // Each tier runs two legs once, however often a request names it.
         let tiers = if request.tiers.is_empty() {
             Tier::ALL.to_vec()
         } else {
-            request.tiers.clone()
+            distinct(&request.tiers)
         };
+        let fact_types = distinct(&request.fact_types);
 
         // Two legs per tier, BM25 and kNN; the store applies scope and currency inside
         // each query. Every leg of every tier runs concurrently, and the BM25 legs do not
@@ -229,7 +242,7 @@ impl Cairn {
                 tier: *tier,
                 as_of,
                 include_history: request.include_history,
-                fact_types: request.fact_types.clone(),
+                fact_types: fact_types.clone(),
                 session_id: session_id.clone(),
                 limit: self.settings.candidates_per_leg,
             })

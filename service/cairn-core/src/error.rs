@@ -15,7 +15,7 @@ pub enum Error {
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
     /// The value matches a tombstone of this scope: it was retracted or forgotten.
-    #[error("this value was retracted or forgotten in this scope; resend with reassert to restate it")]
+    #[error("this value was retracted or forgotten in this scope")]
     Tombstoned { tombstone_id: String },
     /// The credential lacks a permission the operation needs.
     #[error("{message}")]
@@ -50,6 +50,15 @@ impl Error {
         Error::Invalid {
             field: field.into(),
             message: message.into(),
+        }
+    }
+
+    /// An episode a change was derived from is no longer stored (the scope was erased
+    /// while the change was being prepared).
+    pub fn evidence_erased(episode_id: &str) -> Self {
+        Error::Conflict {
+            code: "evidence_erased",
+            message: format!("episode {episode_id} was erased; what was derived from it is not written"),
         }
     }
 

@@ -84,6 +84,10 @@ pub enum Change {
     EnqueueJob(ConsolidationJob),
     /// Removes finished jobs of the scope (ids not found are ignored: a replay is a no-op).
     CompleteJobs(Vec<String>),
+    /// Precondition only: every listed episode is still stored in the scope (else the
+    /// conflict `evidence_erased`). What was derived from episodes commits only while
+    /// they exist, so nothing derived can be written after the scope is erased.
+    RequireEpisodes(Vec<String>),
     /// Moves the scope's consolidation watermark. Precondition: it is still at
     /// `expected` (else `watermark_moved`), so two runs can never both apply a batch.
     MoveWatermark {

@@ -299,6 +299,7 @@ impl CairnMcp {
                 valid_to: args.valid_to,
                 expires_at: None,
                 reassert: false,
+                evidence_episode_id: None,
             }
             .into_input()?;
             let outcome = self.cairn.write_fact(&scope, &caller.context, input).await?;

@@ -170,7 +170,8 @@ fn schemas() -> Value {
             "supersedes": { "type": "string" },
             "contradiction": { "type": "string", "enum": ["natural", "harsh"] },
             "valid_from": time, "valid_to": time, "expires_at": time,
-            "reassert": { "type": "boolean", "description": "the user restated a retracted or forgotten value first-hand" } } },
+            "reassert": { "type": "boolean", "description": "the user restated a retracted or forgotten value first-hand; accepted only when a user episode ingested after the tombstone states the value" },
+            "evidence_episode_id": { "type": "string", "description": "the episode restating the value (default: the newest such episode found)" } } },
         "Retraction": { "type": "object", "additionalProperties": false, "properties": { "reason": { "type": "string" } } },
         "PlaybookCreate": { "type": "object", "required": ["name", "trigger", "steps"], "additionalProperties": false, "properties": {
             "name": { "type": "string" }, "trigger": { "type": "string" },

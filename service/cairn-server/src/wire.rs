@@ -161,6 +161,7 @@ pub struct FactBody {
     pub expires_at: Option<String>,
     #[serde(default)]
     pub reassert: bool,
+    pub evidence_episode_id: Option<String>,
 }
 
 pub fn parse_contradiction(value: Option<&str>) -> Result<Contradiction, Error> {
@@ -183,6 +184,7 @@ impl FactBody {
             valid_to: utc("valid_to", self.valid_to.as_deref())?,
             expires_at: utc("expires_at", self.expires_at.as_deref())?,
             reassert: self.reassert,
+            evidence_episode_id: self.evidence_episode_id,
         })
     }
 }
@@ -286,6 +288,7 @@ pub fn erasure(receipt: &ErasureReceipt) -> Value {
             "edges": receipt.edges,
             "tombstones": receipt.tombstones,
             "decisions": receipt.decisions,
+            "jobs": receipt.jobs,
         }
     })
 }
@@ -396,9 +399,26 @@ pub struct RecallBody {
     pub session_id: Option<String>,
 }
 
+/// Most entries a `tiers` list may hold (there are three tiers; repeats are ignored).
+pub const MAX_TIERS_LISTED: usize = 8;
+/// Most entries a `fact_types` list may hold (repeats are ignored).
+pub const MAX_FACT_TYPES_LISTED: usize = 16;
+
+/// Refuses a list input longer than `cap`, before any entry is looked at, so the work
+/// of a request is bounded by what it means rather than by its byte size.
+fn capped<'a>(field: &str, values: Option<&'a [String]>, cap: usize) -> Result<&'a [String], Error> {
+    let values = values.unwrap_or_default();
+    if values.len() > cap {
+        return Err(Error::invalid(
+            field,
+            format!("holds {} entries; at most {cap} are accepted", values.len()),
+        ));
+    }
+    Ok(values)
+}
+
 pub fn parse_tiers(tiers: Option<&[String]>) -> Result<Vec<Tier>, Error> {
-    tiers
-        .unwrap_or_default()
+    capped("tiers", tiers, MAX_TIERS_LISTED)?
         .iter()
         .map(|tier| {
             Tier::parse(tier).ok_or_else(|| {
@@ -411,6 +431,13 @@ pub fn parse_tiers(tiers: Option<&[String]>) -> Result<Vec<Tier>, Error> {
         .collect()
 }
 
+pub fn parse_fact_types(fact_types: Option<&[String]>) -> Result<Vec<FactType>, Error> {
+    capped("fact_types", fact_types, MAX_FACT_TYPES_LISTED)?
+        .iter()
+        .map(|fact_type| FactType::parse(fact_type))
+        .collect()
+}
+
 impl RecallBody {
     pub fn into_request(self) -> Result<RecallRequest, Error> {
         Ok(RecallRequest {
@@ -420,12 +447,7 @@ impl RecallBody {
             as_of: utc("as_of", self.as_of.as_deref())?,
             include_history: self.include_history,
             explain: self.explain,
-            fact_types: self
-                .fact_types
-                .unwrap_or_default()
-                .iter()
-                .map(|fact_type| FactType::parse(fact_type))
-                .collect::<Result<_, _>>()?,
+            fact_types: parse_fact_types(self.fact_types.as_deref())?,
             session_id: self.session_id,
         })
     }

@@ -578,6 +578,71 @@ async fn retraction_tombstones_and_forgetting_erases() {
         1,
         "the refused write stored nothing"
     );
+    assert!(
+        !body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("reassert"),
+        "the refusal does not advertise a way around it: {body}"
+    );
+
+    // Reasserting needs evidence: a user episode, newer than the tombstone, stating the
+    // value. A write token alone cannot lift it, nor can an unrelated or older episode.
+    let (status, body) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user is vegetarian", "reassert": true }),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::CONFLICT, "tombstoned"),
+        "{body}"
+    );
+    let ingest = |text: &'static str| {
+        call(
+            service,
+            Method::POST,
+            "/v1/users/u1/episodes",
+            Some(&owner),
+            Some(json!({ "messages": [{ "role": "user", "content": text }], "consolidate": "none" })),
+        )
+    };
+    let (status, unrelated, _) = ingest("I had a salad for lunch").await;
+    assert_eq!(status, StatusCode::CREATED, "{unrelated}");
+    let unrelated_id = unrelated["episode_ids"][0]
+        .as_str()
+        .expect("episode id")
+        .to_owned();
+    let (status, body) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user is vegetarian", "reassert": true, "evidence_episode_id": unrelated_id }),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::CONFLICT, "tombstoned"),
+        "{body}"
+    );
+    let (status, _) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user is vegetarian", "reassert": true, "evidence_episode_id": "epi_elsewhere" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(count_facts(service, "acme", "u1").await, 1, "nothing was lifted");
+
+    let (status, restated, _) = ingest("Actually I am vegetarian again since March").await;
+    assert_eq!(status, StatusCode::CREATED, "{restated}");
+    let evidence = restated["episode_ids"][0]
+        .as_str()
+        .expect("episode id")
+        .to_owned();
     let (status, body) = write(
         service,
         &owner,
@@ -586,7 +651,24 @@ async fn retraction_tombstones_and_forgetting_erases() {
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["fact"]["source_episode_ids"], json!([evidence]), "{body}");
     let reasserted = body["fact"]["id"].as_str().expect("id").to_owned();
+    let (_, trail, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/audit?limit=200",
+        Some(&owner),
+        None,
+    )
+    .await;
+    let lift = trail["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|e| e["action"] == "tombstone.lift")
+        .expect("the lift is audited as its own action");
+    assert_eq!(lift["detail"]["evidence_episode_id"], evidence.as_str());
+    assert_eq!(lift["target_ids"][1], reasserted.as_str());
     let (_, decisions, _) = call(service, Method::GET, "/v1/users/u1/decisions", Some(&owner), None).await;
     let kinds: Vec<&str> = decisions["items"]
         .as_array()
@@ -631,10 +713,14 @@ async fn retraction_tombstones_and_forgetting_erases() {
         Method::POST,
         "/v1/users/u1/recall",
         Some(&owner),
-        Some(json!({ "query": "vegetarian", "include_history": true })),
+        Some(json!({ "query": "vegetarian", "include_history": true, "tiers": ["semantic", "procedural"] })),
     )
     .await;
-    assert_eq!(hits["hits"], json!([]));
+    assert_eq!(
+        hits["hits"],
+        json!([]),
+        "the forgotten fact is gone even from history"
+    );
     let (_, trail, _) = call(
         service,
         Method::GET,
@@ -767,12 +853,77 @@ async fn erasing_a_user_returns_an_exact_receipt() {
     assert_eq!(
         receipt["deleted"],
         json!({ "episodes": 2, "facts": 3, "playbooks": 1, "playbook_versions": 2,
-        "edges": 1, "tombstones": 1, "decisions": 4 })
+        "edges": 1, "tombstones": 1, "decisions": 4, "jobs": 0 })
     );
     assert_eq!(count_facts(service, "acme", "u1").await, 0);
     assert_eq!(count_facts(service, "acme", "u2").await, 1);
     let (_, trail, _) = call(service, Method::GET, "/v1/users/u1/audit", Some(&owner), None).await;
     assert_eq!(trail["items"][0]["action"], "user.erase");
+}
+
+/// The work of a recall is bounded by what it asks, not by the size of its body: list
+/// inputs past their cap are a 422, and a tier named twice runs once.
+#[actix_web::test]
+async fn recall_list_inputs_are_capped_and_deduplicated() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    for text in ["The user drinks green tea", "The user likes black tea"] {
+        let (status, body) = write(service, &owner, "u1", json!({ "text": text })).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let recall = |body: Value| {
+        call(
+            service,
+            Method::POST,
+            "/v1/users/u1/recall",
+            Some(&owner),
+            Some(body),
+        )
+    };
+
+    let (status, body, _) = recall(json!({ "query": "tea", "tiers": vec!["semantic"; 100] })).await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request")
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("tiers"),
+        "{body}"
+    );
+    let (status, body, _) = recall(json!({ "query": "tea", "fact_types": vec!["preference"; 40] })).await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        "many fact types are refused, not a 500: {body}"
+    );
+
+    let (status, once, _) = recall(json!({ "query": "tea", "tiers": ["semantic"], "explain": true })).await;
+    assert_eq!(status, StatusCode::OK, "{once}");
+    let (status, repeated, _) = recall(json!({ "query": "tea", "explain": true,
+        "tiers": ["semantic", "semantic", "semantic", "semantic"],
+        "fact_types": ["world", "world", "world"] }))
+    .await;
+    assert_eq!(status, StatusCode::OK, "{repeated}");
+    let ids = |body: &Value| -> Vec<Value> {
+        body["hits"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|hit| hit["id"].clone())
+            .collect()
+    };
+    assert_eq!(ids(&once).len(), 2, "{once}");
+    assert_eq!(
+        ids(&once),
+        ids(&repeated),
+        "a repeated tier adds no hits and no legs"
+    );
+    assert_eq!(once["hits"][0]["explain"], repeated["hits"][0]["explain"]);
 }
 
 #[actix_web::test]

@@ -27,7 +27,7 @@ use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, failure};
 use elasticsearch::http::Method;
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -584,6 +584,9 @@ impl ClusterStore {
                         after,
                     });
                 }
+                Change::RequireEpisodes(episode_ids) => {
+                    self.require_episodes(scope, episode_ids).await?;
+                }
                 Change::InsertEpisodes(_)
                 | Change::InsertEdge(_)
                 | Change::InsertTombstone(_)
@@ -593,6 +596,30 @@ impl ClusterStore {
             }
         }
         Ok(updates)
+    }
+
+    /// Fails with `evidence_erased` unless every listed episode is stored in the scope.
+    async fn require_episodes(&self, scope: &Scope, episode_ids: &[String]) -> Result<()> {
+        if episode_ids.is_empty() {
+            return Ok(());
+        }
+        let mut body = query::scoped(
+            scope,
+            vec![json!({ "terms": { "id": episode_ids } })],
+            None,
+            episode_ids.len(),
+        );
+        body["_source"] = json!(["id"]);
+        let found: HashSet<String> = self
+            .scoped_search(scope, "episodes", body)
+            .await?
+            .iter()
+            .map(|hit| docs::text(&hit["_source"], "id"))
+            .collect();
+        match episode_ids.iter().find(|id| !found.contains(id.as_str())) {
+            Some(missing) => Err(Error::evidence_erased(missing)),
+            None => Ok(()),
+        }
     }
 
     async fn fact_doc(&self, scope: &Scope, fact_id: &str) -> Result<Versioned> {
@@ -828,6 +855,7 @@ impl MemoryStore for ClusterStore {
                 Change::SupersedeFact { .. }
                 | Change::RetractFact { .. }
                 | Change::LiftTombstone { .. }
+                | Change::RequireEpisodes(_)
                 | Change::MoveWatermark { .. } => {}
             }
         }

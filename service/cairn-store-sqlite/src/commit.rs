@@ -159,8 +159,29 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
             }
             Ok(())
         }
+        Change::RequireEpisodes(episode_ids) => require_episodes(transaction, scope, episode_ids),
         Change::MoveWatermark { expected, to } => move_watermark(transaction, scope, *expected, *to),
     }
+}
+
+/// Fails with `evidence_erased` unless every listed episode is stored in the scope.
+fn require_episodes(transaction: &Transaction<'_>, scope: &Scope, episode_ids: &[String]) -> Result<()> {
+    let mut statement = transaction
+        .prepare_cached("SELECT 1 FROM episodes WHERE id = ?1 AND tenant = ?2 AND user_id = ?3")
+        .map_err(storage)?;
+    for episode_id in episode_ids {
+        let present = statement
+            .exists(params![
+                episode_id,
+                scope.tenant().as_str(),
+                scope.user().as_str()
+            ])
+            .map_err(storage)?;
+        if !present {
+            return Err(Error::evidence_erased(episode_id));
+        }
+    }
+    Ok(())
 }
 
 fn insert_job(transaction: &Transaction<'_>, scope: &Scope, job: &ConsolidationJob) -> rusqlite::Result<()> {

@@ -244,6 +244,7 @@ fn changes_rows_of(change: &Change, tier: Tier) -> bool {
         | Change::RecordPlaybookOutcome { .. }
         | Change::EnqueueJob(_)
         | Change::CompleteJobs(_)
+        | Change::RequireEpisodes(_)
         | Change::MoveWatermark { .. } => false,
     }
 }

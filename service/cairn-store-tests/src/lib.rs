@@ -35,6 +35,7 @@ macro_rules! conformance_suite {
             the_embedding_space_is_claimed_once,
             vectors_follow_erasure_and_reuse,
             the_watermark_moves_only_from_where_it_is,
+            derived_writes_need_their_episodes,
             jobs_are_durable_leased_and_scoped,
         );
     };
@@ -1187,6 +1188,87 @@ pub async fn the_watermark_moves_only_from_where_it_is(store: Arc<dyn MemoryStor
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, tombstone.id);
     assert!(store.list_tombstones(&bob).await.expect("tombstones").is_empty());
+}
+
+/// What a consolidation batch derived commits only while its episodes are stored: a
+/// batch prepared before its scope was erased writes nothing afterwards, whatever the
+/// watermark then reads.
+pub async fn derived_writes_need_their_episodes(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let now = Utc::now();
+    let said = episode("I live in Porto", now);
+    ingest_episodes(store.as_ref(), &alice, vec![said.clone()]).await;
+    let bobs = episode("I live in Braga", now);
+    ingest_episodes(store.as_ref(), &bob, vec![bobs.clone()]).await;
+    let batch = |text: &str, episode_ids: Vec<String>| {
+        let mut derived = fact(text, now);
+        derived.source_episode_ids = episode_ids.clone();
+        let decision = cairn_core::Decision {
+            id: new_id("dec"),
+            kind: cairn_core::DecisionKind::New,
+            reason: format!("derived: {text}"),
+            fact_id: Some(derived.id.clone()),
+            target_ids: Vec::new(),
+            origin: "run_conformance".into(),
+            created_at: now,
+        };
+        ChangeSet::new(audit(&alice, "consolidation.run"))
+            .with(Change::RequireEpisodes(episode_ids))
+            .with(Change::InsertFact(derived))
+            .with(Change::MoveWatermark { expected: 0, to: 1 })
+            .with_decision(decision)
+    };
+    let everything = |store: Arc<dyn MemoryStore>, scope: Scope| async move {
+        let page = PageRequest {
+            limit: 10,
+            cursor: None,
+        };
+        let facts = store
+            .list_facts(&scope, StatusFilter::All, Utc::now(), &page)
+            .await
+            .expect("facts");
+        let decisions = store.list_decisions(&scope, &page).await.expect("decisions");
+        (facts.items.len(), decisions.items.len())
+    };
+
+    // Another scope's episode is not evidence here, even with the same text.
+    match store
+        .commit(&alice, batch("The user lives in Braga", vec![bobs.id.clone()]))
+        .await
+    {
+        Err(Error::Conflict { code, .. }) => assert_eq!(code, "evidence_erased"),
+        other => panic!("expected evidence_erased, got {other:?}"),
+    }
+    assert_eq!(everything(Arc::clone(&store), alice.clone()).await, (0, 0));
+
+    let prepared = batch("The user lives in Porto", vec![said.id.clone()]);
+    store
+        .erase_scope(&alice, audit(&alice, "user.erase"))
+        .await
+        .expect("erase");
+    // The watermark of an erased scope reads 0, as the batch expects: only the
+    // evidence precondition stops it.
+    assert_eq!(store.watermark(&alice).await.expect("watermark"), 0);
+    match store.commit(&alice, prepared).await {
+        Err(Error::Conflict { code, .. }) => assert_eq!(code, "evidence_erased"),
+        other => panic!("expected evidence_erased, got {other:?}"),
+    }
+    assert_eq!(
+        everything(Arc::clone(&store), alice.clone()).await,
+        (0, 0),
+        "nothing of the erased scope reappears"
+    );
+    assert_eq!(store.watermark(&alice).await.expect("watermark"), 0);
+
+    // With the evidence stored, the same kind of batch commits.
+    let again = episode("I live in Porto now", now);
+    ingest_episodes(store.as_ref(), &alice, vec![again.clone()]).await;
+    store
+        .commit(&alice, batch("The user lives in Porto", vec![again.id.clone()]))
+        .await
+        .expect("a batch with its evidence commits");
+    assert_eq!(everything(Arc::clone(&store), alice.clone()).await, (1, 1));
 }
 
 fn job(scope: &Scope, at: DateTime<Utc>) -> ConsolidationJob {

@@ -315,6 +315,18 @@ pub fn content_tokens(text: &str) -> HashSet<String> {
         .collect()
 }
 
+/// Whether `said` states `value`: every content word of the value (stemmed, more than
+/// one letter; generic words such as "user" left out, so "The user lives in Porto" is
+/// stated by "I live in Porto") occurs in what was said.
+pub fn states_value(said: &str, value: &str) -> bool {
+    let words = content_tokens(said);
+    let needed: Vec<String> = content_tokens(value)
+        .into_iter()
+        .filter(|token| token.chars().count() > 1)
+        .collect();
+    !needed.is_empty() && needed.iter().all(|token| words.contains(token))
+}
+
 /// A light stem: enough that "sneaker" meets "sneakers" and "loves" meets "love".
 pub fn stem(token: &str) -> String {
     let token = token.to_lowercase();

@@ -4,7 +4,7 @@
 //! then owner-checked apply. A batch's writes, decisions, finished jobs and the
 //! watermark move commit together, so a crash re-runs the batch and never doubles it.
 
-mod language;
+pub(crate) mod language;
 pub mod offline;
 
 use crate::{Cairn, RequestContext, now};
@@ -16,6 +16,7 @@ use cairn_core::{
 };
 use chrono::{DateTime, Duration, Utc};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use offline::{OfflineExtractor, OfflineJudge};
@@ -64,8 +65,48 @@ impl Default for ConsolidationSettings {
 pub struct Consolidator {
     extractor: Arc<dyn Extractor>,
     judge: Arc<dyn Judge>,
-    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    locks: Arc<Mutex<HashMap<String, Arc<ScopeLock>>>>,
     wake: Arc<tokio::sync::Notify>,
+}
+
+/// What serialises a scope's consolidation runs and its erasure. An erasure announces
+/// itself before it waits, so a run in progress gives up at its next commit instead of
+/// holding the erasure back for the rest of its episodes.
+#[derive(Default)]
+pub(crate) struct ScopeLock {
+    exclusive: Arc<tokio::sync::Mutex<()>>,
+    erasures_waiting: AtomicUsize,
+}
+
+impl ScopeLock {
+    /// Fails when an erasure of the scope is waiting for this run.
+    fn check_not_erasing(&self) -> Result<()> {
+        if self.erasures_waiting.load(Ordering::SeqCst) > 0 {
+            Err(Error::Conflict {
+                code: "scope_erased",
+                message: "the user is being erased; consolidation stopped and wrote nothing further".into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Counts an erasure as waiting until dropped (also when the erasing request is
+/// cancelled while it waits).
+struct WaitingErasure(Arc<ScopeLock>);
+
+impl Drop for WaitingErasure {
+    fn drop(&mut self) {
+        self.0.erasures_waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Held by an erasure: no consolidation run of the scope is in progress while it lives.
+pub(crate) struct ErasureGuard {
+    // Declared first so the erasure stops counting as waiting before runs may start.
+    _waiting: WaitingErasure,
+    _exclusive: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Default for Consolidator {
@@ -84,7 +125,7 @@ impl Consolidator {
         }
     }
 
-    fn lock_for(&self, scope: &Scope) -> Result<Arc<tokio::sync::Mutex<()>>> {
+    fn lock_for(&self, scope: &Scope) -> Result<Arc<ScopeLock>> {
         let key = format!("{}\u{1f}{}", scope.tenant(), scope.user());
         let mut locks = self
             .locks
@@ -93,6 +134,19 @@ impl Consolidator {
         // Forget locks nobody holds, so the table stays as small as the active scopes.
         locks.retain(|_, lock| Arc::strong_count(lock) > 1);
         Ok(Arc::clone(locks.entry(key).or_default()))
+    }
+
+    /// Stops the scope's consolidation: a run in progress gives up before its next
+    /// commit, and no run starts until the guard is dropped.
+    pub(crate) async fn exclude_runs(&self, scope: &Scope) -> Result<ErasureGuard> {
+        let lock = self.lock_for(scope)?;
+        lock.erasures_waiting.fetch_add(1, Ordering::SeqCst);
+        let waiting = WaitingErasure(Arc::clone(&lock));
+        let exclusive = Arc::clone(&lock.exclusive).lock_owned().await;
+        Ok(ErasureGuard {
+            _waiting: waiting,
+            _exclusive: exclusive,
+        })
     }
 }
 
@@ -205,7 +259,8 @@ impl Cairn {
         options: ConsolidateOptions,
     ) -> Result<ConsolidationOutcome> {
         let lock = self.consolidator.lock_for(scope)?;
-        let _guard = lock.lock().await;
+        let _guard = lock.exclusive.lock().await;
+        lock.check_not_erasing()?;
         let settings = self.settings.consolidation.clone();
         let run_id = new_id("run");
         let mut watermark = self.store.watermark(scope).await?;
@@ -267,6 +322,10 @@ impl Cairn {
                 self.consolidator.extractor.name()
             );
             let mut plan = Plan::new(&run_id, batch_key);
+            // Everything the batch derives commits only while its evidence is stored.
+            plan.changes.push(Change::RequireEpisodes(
+                episodes.iter().map(|episode| episode.id.clone()).collect(),
+            ));
             self.plan_batch(
                 scope,
                 &mut plan,
@@ -294,6 +353,8 @@ impl Cairn {
             outcome.facts_created.extend(plan.created.iter().cloned());
             outcome.playbooks_created += plan.playbooks;
             if !options.dry_run {
+                // An erasure that began during this batch wins: nothing of it is written.
+                lock.check_not_erasing()?;
                 self.store
                     .commit(scope, plan.into_change_set(scope, context))
                     .await?;
@@ -443,12 +504,6 @@ impl Cairn {
             }
 
             // Gate 2: tombstones.
-            let newest_source = candidate
-                .source_episode_ids
-                .iter()
-                .filter_map(|id| episodes_by_id.get(id.as_str()))
-                .map(|episode| episode.ingested_at)
-                .max();
             let value_fingerprint = fingerprint(&candidate.text);
             let matched = retracted.iter().find(|value| {
                 value.tombstone.lifted_at.is_none()
@@ -467,13 +522,24 @@ impl Cairn {
                         }))
             });
             if let Some(value) = matched {
-                let restated = newest_source.is_some_and(|at| at > value.tombstone.created_at);
-                if !restated {
+                // Lifted only by a user episode ingested after the tombstone that
+                // states the value itself.
+                let restatement = candidate
+                    .source_episode_ids
+                    .iter()
+                    .filter_map(|id| episodes_by_id.get(id.as_str()))
+                    .filter(|episode| {
+                        episode.ingested_at > value.tombstone.created_at
+                            && language::states_value(&episode.text, &candidate.text)
+                    })
+                    .max_by_key(|episode| episode.ingested_at);
+                let Some(evidence) = restatement else {
+                    // The reason names the tombstone, never the value: a forgotten
+                    // value must not come back as text in a decision.
                     plan.decide(
                         DecisionKind::BlockedByTombstone,
                         format!(
-                            "\"{}\" matches tombstone {} ({}) and no newer user episode states it",
-                            candidate.text,
+                            "a candidate matches tombstone {} ({}) and no newer user episode states it",
                             value.tombstone.id,
                             value.tombstone.reason.as_str()
                         ),
@@ -481,7 +547,7 @@ impl Cairn {
                         vec![value.tombstone.id.clone()],
                     );
                     continue;
-                }
+                };
                 working.lifted.insert(value.tombstone.id.clone());
                 plan.changes.push(Change::LiftTombstone {
                     tombstone_id: value.tombstone.id.clone(),
@@ -489,10 +555,14 @@ impl Cairn {
                 });
                 plan.decide(
                     DecisionKind::TombstoneLifted,
-                    "a user episode newer than the tombstone states the value again",
+                    format!(
+                        "user episode {} ingested after the tombstone states the value again",
+                        evidence.id
+                    ),
                     None,
-                    vec![value.tombstone.id.clone()],
+                    vec![value.tombstone.id.clone(), evidence.id.clone()],
                 );
+                plan.lifts.push((value.tombstone.id.clone(), evidence.id.clone()));
             }
 
             // Gate 3: dedup, first without a model.
@@ -789,6 +859,8 @@ struct Plan {
     decisions: Vec<Decision>,
     created: Vec<Fact>,
     superseded: Vec<String>,
+    /// Tombstones lifted, each with the episode that restated its value.
+    lifts: Vec<(String, String)>,
     playbooks: usize,
     usage: Usage,
 }
@@ -803,6 +875,7 @@ impl Plan {
             decisions: Vec::new(),
             created: Vec::new(),
             superseded: Vec::new(),
+            lifts: Vec::new(),
             playbooks: 0,
             usage: Usage::default(),
         }
@@ -859,6 +932,16 @@ impl Plan {
         let mut change_set = ChangeSet::new(event);
         change_set.changes = self.changes;
         change_set.decisions = self.decisions;
+        // A lift is audited as its own action, with the evidence that allowed it.
+        for (tombstone_id, episode_id) in self.lifts {
+            change_set.audit.push(crate::audit_event(
+                scope,
+                context,
+                "tombstone.lift",
+                vec![tombstone_id],
+                serde_json::json!({ "run_id": self.run_id, "evidence_episode_id": episode_id }),
+            ));
+        }
         change_set
     }
 }

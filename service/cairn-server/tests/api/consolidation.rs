@@ -651,6 +651,86 @@ async fn a_dry_run_writes_nothing() {
     assert_eq!(facts!(service, &owner, "max").len(), 1);
 }
 
+/// Erasure wins over a consolidation run in progress: the run's extraction is held up
+/// by the provider, the erasure arrives meanwhile, and after the receipt nothing derived
+/// from the erased episodes exists or appears.
+#[actix_web::test]
+async fn erasure_during_a_consolidation_run_leaves_nothing_behind() {
+    let said: Vec<&'static str> = (0..20)
+        .map(|index| &*Box::leak(format!("I collect stamps from country number {index}").into_boxed_str()))
+        .collect();
+    let script = Arc::new(Mutex::new(Script {
+        extract: said
+            .iter()
+            .map(|message| (*message, vec![(*message, "preference", None)]))
+            .collect(),
+        ..Script::default()
+    }));
+    let url = fake_llm(Arc::clone(&script)).await;
+    let harness = harness_with(move |config| llm_config(config, "openai", url)).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let messages: Vec<Value> = said
+        .iter()
+        .map(|text| json!({ "role": "user", "content": text }))
+        .collect();
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/eve/episodes",
+        Some(&owner),
+        Some(json!({ "messages": messages, "consolidate": "none" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    script.lock().expect("lock").faults = vec![Fault::Sleep(Duration::from_millis(700))].into();
+    let consolidate = call(
+        service,
+        Method::POST,
+        "/v1/users/eve/consolidate",
+        Some(&owner),
+        None,
+    );
+    let erase = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        call(service, Method::DELETE, "/v1/users/eve", Some(&owner), None).await
+    };
+    let ((run_status, run, _), (erase_status, receipt, _)) = tokio::join!(consolidate, erase);
+    assert_eq!(erase_status, StatusCode::OK, "{receipt}");
+    assert_eq!(receipt["deleted"]["episodes"], 20, "{receipt}");
+    assert_eq!(receipt["deleted"]["facts"], 0, "{receipt}");
+    assert_eq!(run_status, StatusCode::CONFLICT, "{run}");
+    assert_eq!(run["error"]["code"], "scope_erased", "{run}");
+
+    assert!(
+        facts!(service, &owner, "eve").is_empty(),
+        "no fact outlives the receipt"
+    );
+    assert!(decisions!(service, &owner, "eve").is_empty());
+    let (status, recall, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/eve/recall",
+        Some(&owner),
+        Some(json!({ "query": "which stamps does the user collect" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{recall}");
+    assert_eq!(recall["hits"], json!([]), "{recall}");
+    let (status, again, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/eve/consolidate",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["episodes_read"], 0, "{again}");
+    assert!(facts!(service, &owner, "eve").is_empty());
+}
+
 #[actix_web::test]
 async fn provider_failures_keep_episodes_and_retry_later() {
     let script = Arc::new(Mutex::new(Script {
