@@ -108,6 +108,9 @@ pub struct Config {
     pub dev: bool,
     pub workers: usize,
     pub bump_usage_on_recall: bool,
+    /// Memory budget of the embedded store's in-memory vector indexes, in MiB; past it,
+    /// the least recently used scopes' indexes are dropped and rebuilt on demand.
+    pub vector_cache_mb: usize,
     /// Comma-separated hosts (or host:port) the MCP endpoint answers to; unset means
     /// loopback only, `*` disables the check (put a trusted proxy in front then).
     pub mcp_allowed_hosts: Option<String>,
@@ -173,6 +176,7 @@ impl Default for Config {
             dev: false,
             workers: 2,
             bump_usage_on_recall: true,
+            vector_cache_mb: 256,
             mcp_allowed_hosts: None,
         }
     }
@@ -246,6 +250,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("dev", Kind::Boolean),
     ("workers", Kind::Integer),
     ("bump_usage_on_recall", Kind::Boolean),
+    ("vector_cache_mb", Kind::Integer),
     ("mcp_allowed_hosts", Kind::Text),
 ];
 
@@ -493,6 +498,12 @@ impl Config {
         }
         if self.workers == 0 {
             return Err(config_error("CAIRN_WORKERS", "must be positive"));
+        }
+        if !(1..=1_048_576).contains(&self.vector_cache_mb) {
+            return Err(config_error(
+                "CAIRN_VECTOR_CACHE_MB",
+                "must be between 1 and 1048576",
+            ));
         }
         if self.mcp_allowed_hosts().is_some_and(|hosts| hosts.is_empty())
             && self.mcp_allowed_hosts.as_deref().map(str::trim) != Some("*")

@@ -25,12 +25,14 @@ use std::sync::Arc;
 pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn MemoryStore>> {
     match config.backend {
         Backend::Embedded => {
-            let store = SqliteStore::open(&config.data_dir).with_context(|| {
-                format!(
-                    "CAIRN_DATA_DIR: cannot open the embedded store in {}",
-                    config.data_dir.display()
-                )
-            })?;
+            let budget = config.vector_cache_mb.saturating_mul(1024 * 1024);
+            let store =
+                SqliteStore::open_with_vector_budget(&config.data_dir, budget).with_context(|| {
+                    format!(
+                        "CAIRN_DATA_DIR: cannot open the embedded store in {}",
+                        config.data_dir.display()
+                    )
+                })?;
             Ok(Arc::new(store))
         }
         Backend::Opensearch | Backend::Elasticsearch => Ok(Arc::new(cluster_store(config)?)),

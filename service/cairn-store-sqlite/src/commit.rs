@@ -12,6 +12,29 @@ fn storage(error: rusqlite::Error) -> Error {
     Error::Storage(error.to_string())
 }
 
+/// Row ids of the facts the change set erases, read before it is applied.
+pub fn erased_fact_seqs(
+    transaction: &Transaction<'_>,
+    scope: &Scope,
+    change_set: &ChangeSet,
+) -> Result<Vec<i64>> {
+    let mut seqs = Vec::new();
+    for change in &change_set.changes {
+        if let Change::EraseFact { fact_id } = change {
+            let seq: Option<i64> = transaction
+                .query_row(
+                    "SELECT seq FROM facts WHERE id = ?1 AND tenant = ?2 AND user_id = ?3",
+                    params![fact_id, scope.tenant().as_str(), scope.user().as_str()],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(storage)?;
+            seqs.extend(seq);
+        }
+    }
+    Ok(seqs)
+}
+
 pub fn apply(transaction: &Transaction<'_>, scope: &Scope, change_set: &ChangeSet) -> Result<()> {
     for change in &change_set.changes {
         apply_change(transaction, scope, change)?;

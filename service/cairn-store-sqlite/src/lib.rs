@@ -47,6 +47,12 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the store in `data_dir` and brings its schema up to date.
     pub fn open(data_dir: &Path) -> Result<Self> {
+        SqliteStore::open_with_vector_budget(data_dir, vectors::DEFAULT_BUDGET_BYTES)
+    }
+
+    /// Opens the store with the in-memory vector indexes held to `budget` bytes (past
+    /// it, the least recently used scope indexes are dropped and rebuilt on demand).
+    pub fn open_with_vector_budget(data_dir: &Path, budget: usize) -> Result<Self> {
         std::fs::create_dir_all(data_dir).map_err(|error| {
             Error::Unavailable(format!(
                 "cannot create data directory {}: {error}",
@@ -78,9 +84,14 @@ impl SqliteStore {
                 readers,
                 next_reader: AtomicUsize::new(0),
                 path,
-                vectors: vectors::VectorIndexes::default(),
+                vectors: vectors::VectorIndexes::with_budget(budget),
             }),
         })
+    }
+
+    /// Scope vector indexes held in memory, and their approximate bytes.
+    pub fn vector_index_usage(&self) -> (usize, usize) {
+        self.inner.vectors.usage()
     }
 
     /// The database file, for operators and diagnostics.
@@ -228,25 +239,45 @@ fn status_condition_text(status: StatusFilter) -> &'static str {
     }
 }
 
-/// Whether a change adds, removes or alters rows of `tier` in a way the kNN leg sees:
-/// membership, vectors, or the columns its currency conditions test.
-fn changes_rows_of(change: &Change, tier: Tier) -> bool {
-    match change {
-        Change::InsertEpisodes(_) => tier == Tier::Episodic,
-        Change::InsertFact(_)
-        | Change::SupersedeFact { .. }
-        | Change::RetractFact { .. }
-        | Change::EraseFact { .. } => tier == Tier::Semantic,
-        Change::InsertPlaybook(_) | Change::AppendPlaybookVersion { .. } => tier == Tier::Procedural,
-        Change::InsertEdge(_)
-        | Change::InsertTombstone(_)
-        | Change::LiftTombstone { .. }
-        | Change::RecordPlaybookOutcome { .. }
-        | Change::EnqueueJob(_)
-        | Change::CompleteJobs(_)
-        | Change::RequireEpisodes(_)
-        | Change::MoveWatermark { .. } => false,
+/// The records of `tier` whose rows a change set adds or alters in a way the kNN leg
+/// sees: membership, vectors, or the columns its currency conditions test. (Erased facts
+/// are gone after the commit and are handled by row id.)
+fn rows_changed_in(change_set: &ChangeSet, tier: Tier) -> Vec<&str> {
+    let mut ids = Vec::new();
+    for change in &change_set.changes {
+        match change {
+            Change::InsertEpisodes(episodes) if tier == Tier::Episodic => {
+                ids.extend(episodes.iter().map(|episode| episode.id.as_str()))
+            }
+            Change::InsertFact(fact) if tier == Tier::Semantic => ids.push(fact.id.as_str()),
+            Change::SupersedeFact { fact_id, .. } | Change::RetractFact { fact_id, .. }
+                if tier == Tier::Semantic =>
+            {
+                ids.push(fact_id.as_str())
+            }
+            Change::InsertPlaybook(playbook) | Change::AppendPlaybookVersion { playbook, .. }
+                if tier == Tier::Procedural =>
+            {
+                ids.push(playbook.id.as_str())
+            }
+            Change::InsertEpisodes(_)
+            | Change::InsertFact(_)
+            | Change::SupersedeFact { .. }
+            | Change::RetractFact { .. }
+            | Change::EraseFact { .. }
+            | Change::InsertPlaybook(_)
+            | Change::AppendPlaybookVersion { .. }
+            | Change::InsertEdge(_)
+            | Change::InsertTombstone(_)
+            | Change::LiftTombstone { .. }
+            | Change::RecordPlaybookOutcome { .. }
+            | Change::EnqueueJob(_)
+            | Change::CompleteJobs(_)
+            | Change::RequireEpisodes(_)
+            | Change::MoveWatermark { .. } => {}
+        }
     }
+    ids
 }
 
 #[async_trait::async_trait]
@@ -266,16 +297,25 @@ impl MemoryStore for SqliteStore {
         let inner = Arc::clone(&self.inner);
         self.write(move |connection| {
             let transaction = connection.transaction().map_err(storage)?;
+            // Erased rows are gone after the commit: their row ids are read before.
+            let erased = commit::erased_fact_seqs(&transaction, &scope, &change_set)?;
             commit::apply(&transaction, &scope, &change_set)?;
             transaction.commit().map_err(storage)?;
-            // The vector index of every tier whose rows changed is rebuilt on its next query.
+            // The vector index of every tier whose rows changed takes the changed rows in.
             for tier in Tier::ALL {
-                if change_set
-                    .changes
-                    .iter()
-                    .any(|change| changes_rows_of(change, tier))
-                {
-                    inner.vectors.invalidate(tier, &scope);
+                let ids = rows_changed_in(&change_set, tier);
+                if ids.is_empty() && (tier != Tier::Semantic || erased.is_empty()) {
+                    continue;
+                }
+                match search::delta(connection, &scope, tier, &ids) {
+                    Ok(mut delta) => {
+                        if tier == Tier::Semantic {
+                            delta.removals.extend(erased.iter().copied());
+                        }
+                        inner.vectors.apply(tier, &scope, delta);
+                    }
+                    // The commit stands; the index is rebuilt by the next query.
+                    Err(_) => inner.vectors.invalidate(tier, &scope),
                 }
             }
             Ok(())
@@ -772,6 +812,13 @@ impl MemoryStore for SqliteStore {
             transaction.commit().map_err(storage)?;
             for tier in Tier::ALL {
                 inner.vectors.invalidate(tier, &scope);
+            }
+            // The erased pages' earlier images live on in the write-ahead log until it is
+            // checkpointed: copy it into the database (whose freed pages secure_delete
+            // zeroed) and truncate it now. A reader in the middle of a query can keep
+            // the log from being truncated; then the next checkpoint finishes the work.
+            if let Err(error) = connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
+                tracing::warn!(error = %error, "checkpoint after erasure failed");
             }
             Ok(receipt)
         })

@@ -2,7 +2,7 @@
 //! index rescored by exact cosine. Both apply scope and currency before ranking.
 
 use crate::rows::{self, micros, scope_key};
-use crate::vectors::{Currency, ScopeIndex, VectorIndexes};
+use crate::vectors::{Currency, Delta, ScopeIndex, VectorIndexes};
 use cairn_core::text::query_terms;
 use cairn_core::{
     Error, FactType, Memory, Result, Scope, SearchFilter, TextHit, TextQuery, Tier, VectorQuery, cosine,
@@ -218,17 +218,22 @@ pub fn search_vector(
         return Ok(Vec::new());
     }
     let tier = query.filter.tier;
-    let index = indexes.get_or_build(tier, scope, || {
+    let shared = indexes.get_or_build(tier, scope, || {
         build_index(connection, scope, tier, query.vector.len())
     })?;
-    if index.dimension() != query.vector.len() {
-        return Ok(Vec::new());
-    }
-    let candidates = index.candidates(
-        &query.vector,
-        &query.filter,
-        limit.saturating_mul(RESCORED_PER_HIT).max(RESCORED_AT_LEAST),
-    );
+    let candidates = {
+        let index = shared
+            .read()
+            .map_err(|_| Error::Storage("vector index lock poisoned".into()))?;
+        if index.dimension() != query.vector.len() {
+            return Ok(Vec::new());
+        }
+        index.candidates(
+            &query.vector,
+            &query.filter,
+            limit.saturating_mul(RESCORED_PER_HIT).max(RESCORED_AT_LEAST),
+        )
+    };
     let by_seq = load_rows(connection, scope, tier, candidates.iter().map(|(_, seq)| *seq))?;
     let mut scored: Vec<(f32, i64, Memory)> = by_seq
         .into_iter()
@@ -258,61 +263,100 @@ fn embedding(memory: &Memory) -> Option<&[f32]> {
     }
 }
 
+/// The columns an index row is read from, per tier: row id, known-from, expiry,
+/// end of validity, start of validity, supersession, fact type, session, vector, and
+/// whether the row may be indexed at all (retracted facts may not).
+fn index_columns(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Semantic => {
+            "SELECT seq, created_at, expires_at, valid_to, valid_from, superseded_at, fact_type, NULL, embedding, \
+             status IN ('active', 'superseded') FROM facts"
+        }
+        Tier::Episodic => {
+            "SELECT seq, ingested_at, NULL, NULL, NULL, NULL, NULL, session_id, embedding, 1 FROM episodes"
+        }
+        Tier::Procedural => {
+            "SELECT seq, created_at, NULL, NULL, NULL, NULL, NULL, NULL, embedding, 1 FROM playbooks"
+        }
+    }
+}
+
+/// One row read with [`index_columns`]: its currency, and its vector when it may be indexed.
+fn index_row(row: &rusqlite::Row<'_>) -> Result<(Currency, Option<Vec<f32>>)> {
+    let bound = |column: usize, absent: i64| -> Result<i64> {
+        Ok(row
+            .get::<_, Option<i64>>(column)
+            .map_err(storage)?
+            .unwrap_or(absent))
+    };
+    let kind = match row.get::<_, Option<String>>(6).map_err(storage)? {
+        Some(fact_type) => FactType::parse(&fact_type)? as u8,
+        None => 0,
+    };
+    let currency = Currency {
+        seq: row.get(0).map_err(storage)?,
+        known_from: row.get(1).map_err(storage)?,
+        until: bound(2, i64::MAX)?.min(bound(3, i64::MAX)?),
+        valid_from: bound(4, i64::MIN)?,
+        superseded_at: bound(5, i64::MAX)?,
+        kind,
+        session: row
+            .get::<_, Option<String>>(7)
+            .map_err(storage)?
+            .map(String::into_boxed_str),
+    };
+    let indexable: bool = row.get(9).map_err(storage)?;
+    let vector = match row.get_ref(8).map_err(storage)?.as_blob_or_null() {
+        Ok(Some(bytes)) if indexable => Some(rows::embedding_values(bytes).collect()),
+        Ok(_) => None,
+        Err(error) => return Err(Error::Storage(error.to_string())),
+    };
+    Ok((currency, vector))
+}
+
 /// Reads a scope's rows of a tier into a vector index: row ids, the columns the
 /// currency conditions test (statuses that can never match are left out), and vectors.
 fn build_index(connection: &Connection, scope: &Scope, tier: Tier, dimension: usize) -> Result<ScopeIndex> {
-    let sql = match tier {
-        Tier::Semantic => {
-            "SELECT seq, created_at, expires_at, valid_to, valid_from, superseded_at, fact_type, NULL, embedding \
-             FROM facts WHERE tenant = ?1 AND user_id = ?2 AND status IN ('active', 'superseded') \
-             AND embedding IS NOT NULL"
-        }
-        Tier::Episodic => {
-            "SELECT seq, ingested_at, NULL, NULL, NULL, NULL, NULL, session_id, embedding \
-             FROM episodes WHERE tenant = ?1 AND user_id = ?2 AND embedding IS NOT NULL"
-        }
-        Tier::Procedural => {
-            "SELECT seq, created_at, NULL, NULL, NULL, NULL, NULL, NULL, embedding \
-             FROM playbooks WHERE tenant = ?1 AND user_id = ?2 AND embedding IS NOT NULL"
-        }
-    };
-    let mut statement = connection.prepare_cached(sql).map_err(storage)?;
+    let sql = format!(
+        "{} WHERE tenant = ?1 AND user_id = ?2 AND embedding IS NOT NULL ORDER BY seq",
+        index_columns(tier)
+    );
+    let mut statement = connection.prepare_cached(&sql).map_err(storage)?;
     let mut rows = statement
         .query(rusqlite::params![scope.tenant().as_str(), scope.user().as_str()])
         .map_err(storage)?;
     let mut index = ScopeIndex::new(dimension);
-    let mut vector = Vec::with_capacity(dimension);
     while let Some(row) = rows.next().map_err(storage)? {
-        let bound = |column: usize, absent: i64| -> Result<i64> {
-            Ok(row
-                .get::<_, Option<i64>>(column)
-                .map_err(storage)?
-                .unwrap_or(absent))
-        };
-        let kind = match row.get::<_, Option<String>>(6).map_err(storage)? {
-            Some(fact_type) => FactType::parse(&fact_type)? as u8,
-            None => 0,
-        };
-        let currency = Currency {
-            seq: row.get(0).map_err(storage)?,
-            known_from: row.get(1).map_err(storage)?,
-            until: bound(2, i64::MAX)?.min(bound(3, i64::MAX)?),
-            valid_from: bound(4, i64::MIN)?,
-            superseded_at: bound(5, i64::MAX)?,
-            kind,
-            session: row
-                .get::<_, Option<String>>(7)
-                .map_err(storage)?
-                .map(String::into_boxed_str),
-        };
-        let bytes = row
-            .get_ref(8)
-            .map_err(storage)?
-            .as_blob()
-            .map_err(|e| Error::Storage(e.to_string()))?;
-        vector.clear();
-        vector.extend(rows::embedding_values(bytes));
-        index.push(currency, &vector);
+        if let (currency, Some(vector)) = index_row(row)? {
+            index.push(currency, &vector);
+        }
     }
     Ok(index)
+}
+
+/// What a commit did to the index rows of the records `ids` of a tier, read after it:
+/// each row that may be indexed is (re)added, any other is removed.
+pub fn delta(connection: &Connection, scope: &Scope, tier: Tier, ids: &[&str]) -> Result<Delta> {
+    let sql = format!(
+        "{} WHERE id = ?1 AND tenant = ?2 AND user_id = ?3",
+        index_columns(tier)
+    );
+    let mut statement = connection.prepare_cached(&sql).map_err(storage)?;
+    let mut delta = Delta::default();
+    for id in ids {
+        let mut rows = statement
+            .query(rusqlite::params![
+                id,
+                scope.tenant().as_str(),
+                scope.user().as_str()
+            ])
+            .map_err(storage)?;
+        if let Some(row) = rows.next().map_err(storage)? {
+            match index_row(row)? {
+                (currency, Some(vector)) => delta.upserts.push((currency, vector)),
+                (currency, None) => delta.removals.push(currency.seq),
+            }
+        }
+    }
+    Ok(delta)
 }

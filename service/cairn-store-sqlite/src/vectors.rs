@@ -7,14 +7,20 @@
 //! to every row, scores the admitted rows on the quantised vectors, and returns the best
 //! candidates; the caller rescores them exactly from the f32 vectors of the rows it loads.
 //!
-//! Every commit that changes the rows of a scope in a tier drops that index; the next
-//! query rebuilds it. A generation counter per index keeps a query that read the rows
-//! before a change from installing what it read after the change was committed.
+//! Every commit that changes the rows of a scope in a tier hands its index the rows it
+//! changed, re-read after the commit (new rows added, changed rows replaced, removed rows
+//! marked dead), so a large scope that alternates writes and recalls is never rebuilt
+//! per recall; an index that is mostly dead rows is dropped and rebuilt by the next
+//! query. A generation counter per index keeps a query that read the rows before a
+//! change from installing what it read after the change was committed.
+//!
+//! The indexes live within a memory budget: past it, the least recently used are
+//! dropped. Erasing a scope drops its indexes and their entries.
 
 use crate::rows::micros;
 use cairn_core::{Scope, SearchFilter, Tier};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// What the currency conditions of one row test, as microseconds. Absent bounds are
 /// `i64::MIN` or `i64::MAX`, so every test is a plain comparison.
@@ -95,13 +101,19 @@ fn dot(left: &[i8], right: &[i8]) -> i32 {
         .sum()
 }
 
-/// The rows of one scope in one tier that have a vector of the index's dimension.
+/// The rows of one scope in one tier that have a vector of the index's dimension, in
+/// ascending row id order. Rows removed since the index was built stay in place as
+/// dead rows (never admitted) until the index is rebuilt.
 pub struct ScopeIndex {
     dimension: usize,
     rows: Vec<Currency>,
     codes: Vec<i8>,
     scales: Vec<f32>,
+    dead: usize,
 }
+
+/// A removed row: known from the end of time, so no condition admits it.
+const DEAD: i64 = i64::MAX;
 
 impl ScopeIndex {
     pub fn new(dimension: usize) -> Self {
@@ -110,22 +122,77 @@ impl ScopeIndex {
             rows: Vec::new(),
             codes: Vec::new(),
             scales: Vec::new(),
+            dead: 0,
         }
     }
 
-    /// Adds a row; a vector of another dimension is left out and never scores.
+    /// Adds a row, or replaces the row with the same id; a vector of another dimension
+    /// is left out (and removes the row it would replace).
     pub fn push(&mut self, currency: Currency, vector: &[f32]) {
         if vector.len() != self.dimension {
+            self.remove(currency.seq);
             return;
         }
         let quantised = Quantised::new(vector);
-        self.rows.push(currency);
-        self.codes.extend_from_slice(&quantised.codes);
-        self.scales.push(quantised.scale);
+        let at = self.rows.partition_point(|row| row.seq < currency.seq);
+        if self.rows.get(at).is_some_and(|row| row.seq == currency.seq) {
+            if self.rows[at].known_from == DEAD {
+                self.dead -= 1;
+            }
+            self.rows[at] = currency;
+            self.codes[at * self.dimension..(at + 1) * self.dimension].copy_from_slice(&quantised.codes);
+            self.scales[at] = quantised.scale;
+        } else if at == self.rows.len() {
+            self.rows.push(currency);
+            self.codes.extend_from_slice(&quantised.codes);
+            self.scales.push(quantised.scale);
+        } else {
+            self.rows.insert(at, currency);
+            let offset = at * self.dimension;
+            self.codes.splice(offset..offset, quantised.codes);
+            self.scales.insert(at, quantised.scale);
+        }
+    }
+
+    /// Takes a row out of every result (it stays allocated until the next rebuild).
+    pub fn remove(&mut self, seq: i64) {
+        let at = self.rows.partition_point(|row| row.seq < seq);
+        if let Some(row) = self.rows.get_mut(at)
+            && row.seq == seq
+            && row.known_from != DEAD
+        {
+            row.known_from = DEAD;
+            row.session = None;
+            self.dead += 1;
+        }
     }
 
     pub fn dimension(&self) -> usize {
         self.dimension
+    }
+
+    /// Rows held, live or dead.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether removals have left more dead rows than live ones, so a rebuild pays.
+    fn mostly_dead(&self) -> bool {
+        self.dead > 64 && self.dead * 2 > self.rows.len()
+    }
+
+    /// Approximate heap bytes held.
+    pub fn bytes(&self) -> usize {
+        let sessions: usize = self
+            .rows
+            .iter()
+            .filter_map(|row| row.session.as_ref().map(|session| session.len()))
+            .sum();
+        self.rows.capacity() * std::mem::size_of::<Currency>()
+            + self.codes.capacity()
+            + self.scales.capacity() * std::mem::size_of::<f32>()
+            + sessions
     }
 
     /// The `count` admitted rows with the highest approximate similarity to `query`, best
@@ -156,19 +223,102 @@ impl ScopeIndex {
     }
 }
 
+/// How a commit changed the rows of one scope in one tier, for its index: rows (re)read
+/// after the commit, and rows gone.
+#[derive(Default)]
+pub struct Delta {
+    pub upserts: Vec<(Currency, Vec<f32>)>,
+    pub removals: Vec<i64>,
+}
+
 type Key = (Tier, String, String);
 
-#[derive(Default)]
+/// A built index, shared by the queries reading it and the commits updating it.
+pub type SharedIndex = Arc<RwLock<ScopeIndex>>;
+
 struct Entry {
+    /// Bumped whenever the rows change without the index taking the change in, so a
+    /// build that read the rows before does not install what it read.
     generation: u64,
-    index: Option<Arc<ScopeIndex>>,
+    /// Builds of this entry under way; an entry with one is not forgotten.
+    building: usize,
+    index: Option<SharedIndex>,
+    /// What the index held when last measured.
+    bytes: usize,
+    last_used: u64,
 }
 
-/// The built indexes, by tier and scope.
-#[derive(Default)]
-pub struct VectorIndexes {
-    entries: Mutex<HashMap<Key, Entry>>,
+impl Entry {
+    fn empty() -> Self {
+        Entry {
+            generation: 0,
+            building: 0,
+            index: None,
+            bytes: 0,
+            last_used: 0,
+        }
+    }
 }
+
+#[derive(Default)]
+struct Table {
+    entries: HashMap<Key, Entry>,
+    /// Sum of the entries' `bytes`.
+    bytes: usize,
+    clock: u64,
+}
+
+impl Table {
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Drops the least recently used indexes until the total fits `budget`.
+    fn evict(&mut self, budget: usize) {
+        while self.bytes > budget {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .filter(|(_, entry)| entry.index.is_some())
+                .min_by_key(|(_, entry)| entry.last_used)
+                .map(|(key, _)| key.clone())
+            else {
+                return;
+            };
+            self.forget(&oldest);
+        }
+    }
+
+    /// Removes an entry's index; the entry itself goes too unless a build is under way.
+    fn forget(&mut self, key: &Key) {
+        if let Some(entry) = self.entries.get_mut(key) {
+            self.bytes -= entry.bytes;
+            entry.bytes = 0;
+            entry.index = None;
+            entry.generation += 1;
+            if entry.building == 0 {
+                self.entries.remove(key);
+            }
+        }
+    }
+}
+
+/// The built indexes, by tier and scope, within a memory budget: past it, the least
+/// recently used indexes are dropped (and rebuilt by their scope's next query).
+pub struct VectorIndexes {
+    table: Mutex<Table>,
+    budget: usize,
+}
+
+impl Default for VectorIndexes {
+    fn default() -> Self {
+        VectorIndexes::with_budget(DEFAULT_BUDGET_BYTES)
+    }
+}
+
+/// The default memory budget of the vector indexes.
+pub const DEFAULT_BUDGET_BYTES: usize = 256 * 1024 * 1024;
 
 fn key(tier: Tier, scope: &Scope) -> Key {
     (
@@ -179,6 +329,13 @@ fn key(tier: Tier, scope: &Scope) -> Key {
 }
 
 impl VectorIndexes {
+    pub fn with_budget(budget: usize) -> Self {
+        VectorIndexes {
+            table: Mutex::new(Table::default()),
+            budget,
+        }
+    }
+
     /// The index of a scope in a tier, built by `build` when there is none. An index
     /// read while a change to the same rows was committed is used once, not kept.
     pub fn get_or_build<E>(
@@ -186,34 +343,111 @@ impl VectorIndexes {
         tier: Tier,
         scope: &Scope,
         build: impl FnOnce() -> Result<ScopeIndex, E>,
-    ) -> Result<Arc<ScopeIndex>, E> {
+    ) -> Result<SharedIndex, E> {
         let key = key(tier, scope);
-        let generation = match self.entries.lock() {
-            Ok(mut entries) => {
-                let entry = entries.entry(key.clone()).or_default();
+        let generation = match self.table.lock() {
+            Ok(mut table) => {
+                let now = table.tick();
+                let entry = table.entries.entry(key.clone()).or_insert_with(Entry::empty);
                 if let Some(index) = &entry.index {
+                    entry.last_used = now;
                     return Ok(Arc::clone(index));
                 }
+                entry.building += 1;
                 Some(entry.generation)
             }
             Err(_) => None,
         };
-        let index = Arc::new(build()?);
-        if let (Some(generation), Ok(mut entries)) = (generation, self.entries.lock()) {
-            let entry = entries.entry(key).or_default();
-            if entry.generation == generation {
-                entry.index = Some(Arc::clone(&index));
+        let built = build();
+        let Ok(mut table) = self.table.lock() else {
+            return built.map(|index| Arc::new(RwLock::new(index)));
+        };
+        let now = table.tick();
+        let keep = match table.entries.get_mut(&key) {
+            Some(entry) => {
+                entry.building = entry.building.saturating_sub(1);
+                generation == Some(entry.generation) && entry.index.is_none()
             }
+            None => false,
+        };
+        let outcome = built.map(|index| {
+            let bytes = index.bytes();
+            (Arc::new(RwLock::new(index)), bytes)
+        });
+        match (&outcome, table.entries.get_mut(&key)) {
+            (Ok((shared, bytes)), Some(entry)) if keep => {
+                entry.index = Some(Arc::clone(shared));
+                entry.bytes = *bytes;
+                entry.last_used = now;
+                table.bytes += *bytes;
+                table.evict(self.budget);
+            }
+            // Not kept: leave no entry behind for a scope nobody is building.
+            (_, Some(entry)) if entry.index.is_none() && entry.building == 0 => {
+                table.entries.remove(&key);
+            }
+            _ => {}
         }
-        Ok(index)
+        outcome.map(|(shared, _)| shared)
     }
 
-    /// Drops the index of a scope in a tier, after a commit changed its rows.
-    pub fn invalidate(&self, tier: Tier, scope: &Scope) {
-        if let Ok(mut entries) = self.entries.lock() {
-            let entry = entries.entry(key(tier, scope)).or_default();
+    /// Takes a commit's changes to a scope's rows in a tier into its index, when one is
+    /// built; a build under way is told not to install what it read.
+    pub fn apply(&self, tier: Tier, scope: &Scope, delta: Delta) {
+        let Ok(mut table) = self.table.lock() else {
+            return;
+        };
+        let key = key(tier, scope);
+        let Some(entry) = table.entries.get_mut(&key) else {
+            return;
+        };
+        let Some(index) = entry.index.clone() else {
             entry.generation += 1;
-            entry.index = None;
+            return;
+        };
+        let measured = match index.write() {
+            Ok(mut index) => {
+                for seq in delta.removals {
+                    index.remove(seq);
+                }
+                for (currency, vector) in delta.upserts {
+                    index.push(currency, &vector);
+                }
+                (!index.mostly_dead()).then(|| index.bytes())
+            }
+            Err(_) => None,
+        };
+        match measured {
+            Some(bytes) => {
+                let before = entry.bytes;
+                entry.bytes = bytes;
+                table.bytes = table.bytes - before + bytes;
+                table.evict(self.budget);
+            }
+            // Mostly dead rows (or a poisoned lock): rebuilt by the next query.
+            None => table.forget(&key),
+        }
+    }
+
+    /// Drops the index of a scope in a tier (the scope was erased).
+    pub fn invalidate(&self, tier: Tier, scope: &Scope) {
+        if let Ok(mut table) = self.table.lock() {
+            table.forget(&key(tier, scope));
+        }
+    }
+
+    /// Indexes held and their approximate bytes.
+    pub fn usage(&self) -> (usize, usize) {
+        match self.table.lock() {
+            Ok(table) => (
+                table
+                    .entries
+                    .values()
+                    .filter(|entry| entry.index.is_some())
+                    .count(),
+                table.bytes,
+            ),
+            Err(_) => (0, 0),
         }
     }
 }
@@ -277,6 +511,156 @@ mod tests {
                 "{approximate} against {exact}"
             );
         }
+    }
+
+    #[test]
+    fn rows_are_replaced_inserted_in_order_and_removed() {
+        let mut index = ScopeIndex::new(2);
+        index.push(row(5), &[1.0, 0.0]);
+        index.push(row(9), &[0.0, 1.0]);
+        index.push(row(7), &[0.6, 0.8]);
+        let best = |index: &ScopeIndex, query: &[f32]| index.candidates(query, &filter(), 1)[0].1;
+        assert_eq!(
+            best(&index, &[0.6, 0.8]),
+            7,
+            "a row inserted between others is found"
+        );
+        index.push(row(5), &[0.0, -1.0]);
+        assert_eq!(index.len(), 3, "a pushed row with a known id replaces it");
+        assert_eq!(best(&index, &[0.0, -1.0]), 5);
+        index.remove(9);
+        index.remove(9);
+        let found: Vec<i64> = index
+            .candidates(&[0.0, 1.0], &filter(), 10)
+            .into_iter()
+            .map(|(_, seq)| seq)
+            .collect();
+        assert_eq!(found, vec![7, 5], "a removed row never scores");
+        index.push(row(9), &[0.0, 1.0]);
+        assert_eq!(best(&index, &[0.0, 1.0]), 9, "a removed row can come back");
+        index.push(row(7), &[1.0, 0.0, 0.0]);
+        assert_eq!(
+            best(&index, &[0.6, 0.8]),
+            9,
+            "a vector of another dimension takes the row out"
+        );
+    }
+
+    #[allow(clippy::disallowed_methods)]
+    fn scope(user: &str) -> Scope {
+        let tenant = cairn_core::TenantId::parse("acme").expect("tenant");
+        cairn_core::Principal::from_verified_credential(
+            "test".into(),
+            tenant,
+            None,
+            vec![cairn_core::Permission::Read],
+        )
+        .scope_for(user, cairn_core::Permission::Read)
+        .expect("scope")
+    }
+
+    fn built(rows: usize) -> Result<ScopeIndex, String> {
+        let mut index = ScopeIndex::new(8);
+        for seq in 0..rows {
+            index.push(row(seq as i64), &[0.5; 8]);
+        }
+        Ok(index)
+    }
+
+    #[test]
+    fn indexes_stay_within_their_budget_least_recently_used_first() {
+        let one = built(100).expect("index").bytes();
+        let indexes = VectorIndexes::with_budget(one * 3);
+        for user in ["a", "b", "c"] {
+            indexes
+                .get_or_build(Tier::Semantic, &scope(user), || built(100))
+                .expect("build");
+        }
+        assert_eq!(indexes.usage(), (3, one * 3));
+        // "a" is used again, so "b" is the least recently used when "d" arrives.
+        indexes
+            .get_or_build(Tier::Semantic, &scope("a"), || Err("rebuilt".to_owned()))
+            .expect("kept");
+        indexes
+            .get_or_build(Tier::Semantic, &scope("d"), || built(100))
+            .expect("build");
+        assert_eq!(indexes.usage(), (3, one * 3));
+        let rebuilt = indexes.get_or_build(Tier::Semantic, &scope("b"), || Err("rebuilt".to_owned()));
+        assert_eq!(rebuilt.err().as_deref(), Some("rebuilt"), "b was evicted");
+        indexes
+            .get_or_build(Tier::Semantic, &scope("a"), || Err("rebuilt".to_owned()))
+            .expect("a was kept");
+
+        // An index larger than the whole budget is used once, not kept.
+        let small = VectorIndexes::with_budget(one / 2);
+        small
+            .get_or_build(Tier::Semantic, &scope("a"), || built(100))
+            .expect("build");
+        assert_eq!(small.usage(), (0, 0));
+    }
+
+    #[test]
+    fn deltas_update_an_index_in_place_and_erasure_leaves_nothing() {
+        let indexes = VectorIndexes::with_budget(usize::MAX);
+        let alice = scope("alice");
+        indexes
+            .get_or_build(Tier::Semantic, &alice, || built(10))
+            .expect("build");
+        indexes.apply(
+            Tier::Semantic,
+            &alice,
+            Delta {
+                upserts: vec![(row(10), vec![1.0; 8])],
+                removals: vec![3],
+            },
+        );
+        let shared = indexes
+            .get_or_build(Tier::Semantic, &alice, || Err("rebuilt".to_owned()))
+            .expect("updated in place, not dropped");
+        {
+            let index = shared.read().expect("read");
+            let found: Vec<i64> = index
+                .candidates(&[0.5; 8], &filter(), 20)
+                .into_iter()
+                .map(|(_, seq)| seq)
+                .collect();
+            assert_eq!(found.len(), 10);
+            assert!(found.contains(&10) && !found.contains(&3), "{found:?}");
+        }
+        // Removing most rows drops the index for a rebuild instead of scanning the dead.
+        let many = VectorIndexes::with_budget(usize::MAX);
+        many.get_or_build(Tier::Semantic, &alice, || built(200))
+            .expect("build");
+        many.apply(
+            Tier::Semantic,
+            &alice,
+            Delta {
+                upserts: Vec::new(),
+                removals: (0..150).collect(),
+            },
+        );
+        assert_eq!(many.usage(), (0, 0));
+
+        // A scope's entry goes with its erasure; one never queried gets none.
+        indexes.invalidate(Tier::Semantic, &alice);
+        indexes.apply(Tier::Semantic, &scope("never-queried"), Delta::default());
+        assert_eq!(indexes.usage(), (0, 0));
+        assert!(indexes.table.lock().expect("table").entries.is_empty());
+    }
+
+    #[test]
+    fn a_build_that_read_before_a_change_is_used_once() {
+        let indexes = VectorIndexes::with_budget(usize::MAX);
+        let alice = scope("alice");
+        indexes
+            .get_or_build(Tier::Semantic, &alice, || {
+                // A commit lands while the rows are being read.
+                indexes.apply(Tier::Semantic, &alice, Delta::default());
+                built(5)
+            })
+            .expect("build");
+        assert_eq!(indexes.usage(), (0, 0), "not installed");
+        assert!(indexes.table.lock().expect("table").entries.is_empty());
     }
 
     #[test]

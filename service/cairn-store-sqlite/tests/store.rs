@@ -43,6 +43,54 @@ async fn data_survives_reopening() {
     assert_eq!(found.map(|fact| fact.text), Some(record.text));
 }
 
+/// Erased text is gone from the files, not only from queries: the database's freed
+/// pages are zeroed and the write-ahead log holding their earlier images is truncated.
+#[tokio::test]
+async fn erased_text_leaves_the_database_and_its_log() {
+    use cairn_core::MemoryStore;
+    let (store, directory) = fresh_store();
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let secret = "Quetzalcoatlus-7781";
+    let record = cairn_store_tests::fact(
+        &format!("The user's passphrase hint is {secret}"),
+        chrono::Utc::now(),
+    );
+    let event = |action: &str| cairn_core::AuditEvent {
+        id: cairn_core::new_id("aud"),
+        at: chrono::Utc::now(),
+        subject: "test".into(),
+        tenant: "acme".into(),
+        user: "alice".into(),
+        action: action.into(),
+        target_ids: Vec::new(),
+        request_id: "req".into(),
+        detail: serde_json::Value::Null,
+    };
+    store
+        .commit(
+            &scope,
+            cairn_core::ChangeSet::new(event("fact.create")).with(cairn_core::Change::InsertFact(record)),
+        )
+        .await
+        .expect("commit");
+    let files_hold = |needle: &str| {
+        std::fs::read_dir(directory.path())
+            .expect("list")
+            .filter_map(|entry| std::fs::read(entry.ok()?.path()).ok())
+            .any(|bytes| {
+                bytes
+                    .windows(needle.len())
+                    .any(|window| window == needle.as_bytes())
+            })
+    };
+    assert!(files_hold(secret), "the text is on disk before the erasure");
+    store
+        .erase_scope(&scope, event("user.erase"))
+        .await
+        .expect("erase");
+    assert!(!files_hold(secret), "no file keeps the erased text");
+}
+
 #[tokio::test]
 async fn upgrading_from_version_2_indexes_episode_context() {
     use cairn_core::{Change, ChangeSet, Episode, MemoryStore, SearchFilter, TextQuery, Tier};

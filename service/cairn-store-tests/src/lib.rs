@@ -34,6 +34,7 @@ macro_rules! conformance_suite {
             vector_search_is_scoped_and_current,
             the_embedding_space_is_claimed_once,
             vectors_follow_erasure_and_reuse,
+            vector_search_follows_every_change_after_first_use,
             the_watermark_moves_only_from_where_it_is,
             derived_writes_need_their_episodes,
             jobs_are_durable_leased_and_scoped,
@@ -1088,6 +1089,120 @@ pub async fn vectors_follow_erasure_and_reuse(store: Arc<dyn MemoryStore>) {
     let hits = nearest(store.as_ref(), &alice, &second_vector, false).await;
     assert_eq!(hits[0].0, second.id);
     assert!(hits[0].1 > 0.99, "scored with its own vector: {}", hits[0].1);
+}
+
+/// Ids of the kNN hits of one tier, best first.
+async fn nearest_in(
+    store: &dyn MemoryStore,
+    scope: &Scope,
+    tier: Tier,
+    vector: &[f32],
+    history: bool,
+) -> Vec<String> {
+    let filter = SearchFilter {
+        tier,
+        as_of: Utc::now(),
+        include_history: history,
+        fact_types: Vec::new(),
+        session_id: None,
+        limit: 10,
+    };
+    store
+        .search_vector(
+            scope,
+            &VectorQuery {
+                vector: vector.to_vec(),
+                filter,
+            },
+        )
+        .await
+        .expect("vector search")
+        .into_iter()
+        .map(|hit| hit.memory.id().to_owned())
+        .collect()
+}
+
+/// Once a scope has been searched (so a backend may hold an index of it), every later
+/// change shows in the next search: inserts, supersession, retraction, new episodes and
+/// new playbook versions.
+pub async fn vector_search_follows_every_change_after_first_use(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let at = Utc::now() - Duration::minutes(1);
+    let query = unit(&[1.0, 0.0, 0.0]);
+    let mut first = fact("The first record", at);
+    first.embedding = Some(unit(&[0.8, 0.6, 0.0]));
+    insert(store.as_ref(), &alice, &first).await;
+    let semantic = |history| nearest_in(store.as_ref(), &alice, Tier::Semantic, &query, history);
+    assert_eq!(semantic(false).await, vec![first.id.clone()]);
+
+    let mut closer = fact("A closer record", at);
+    closer.embedding = Some(unit(&[0.95, 0.05, 0.0]));
+    insert(store.as_ref(), &alice, &closer).await;
+    assert_eq!(semantic(false).await, vec![closer.id.clone(), first.id.clone()]);
+
+    let mut replacement = fact("The closer record's replacement", at + Duration::seconds(1));
+    replacement.embedding = Some(unit(&[0.0, 0.0, 1.0]));
+    store
+        .commit(&alice, supersede(&alice, &closer, &replacement))
+        .await
+        .expect("supersede");
+    assert_eq!(
+        semantic(false).await,
+        vec![first.id.clone(), replacement.id.clone()]
+    );
+    assert_eq!(semantic(true).await.first(), Some(&closer.id), "history keeps it");
+
+    let retract = ChangeSet::new(audit(&alice, "fact.retract")).with(Change::RetractFact {
+        fact_id: first.id.clone(),
+        reason: None,
+        at: Utc::now(),
+    });
+    store.commit(&alice, retract).await.expect("retract");
+    assert!(
+        !semantic(true).await.contains(&first.id),
+        "retracted: never found"
+    );
+
+    let mut said = episode("An episode said later", at);
+    said.embedding = Some(query.clone());
+    assert!(
+        nearest_in(store.as_ref(), &alice, Tier::Episodic, &query, false)
+            .await
+            .is_empty()
+    );
+    ingest_episodes(store.as_ref(), &alice, vec![said.clone()]).await;
+    assert_eq!(
+        nearest_in(store.as_ref(), &alice, Tier::Episodic, &query, false).await,
+        vec![said.id.clone()]
+    );
+
+    let mut procedure = playbook(at);
+    procedure.embedding = Some(query.clone());
+    let create =
+        ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(procedure.clone()));
+    store.commit(&alice, create).await.expect("playbook");
+    let mut other = playbook(at);
+    other.embedding = Some(unit(&[0.7, 0.7, 0.0]));
+    let create = ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(other.clone()));
+    store.commit(&alice, create).await.expect("playbook");
+    assert_eq!(
+        nearest_in(store.as_ref(), &alice, Tier::Procedural, &query, false).await,
+        vec![procedure.id.clone(), other.id.clone()]
+    );
+    let mut revised = procedure.clone();
+    revised.version = 2;
+    revised.steps.push("announce it".into());
+    revised.embedding = Some(unit(&[0.0, 1.0, 0.0]));
+    let append = ChangeSet::new(audit(&alice, "playbook.version")).with(Change::AppendPlaybookVersion {
+        expected_version: 1,
+        playbook: revised,
+    });
+    store.commit(&alice, append).await.expect("version 2");
+    assert_eq!(
+        nearest_in(store.as_ref(), &alice, Tier::Procedural, &query, false).await,
+        vec![other.id.clone(), procedure.id.clone()],
+        "the new version is scored by its own vector"
+    );
 }
 
 fn episode(text: &str, at: DateTime<Utc>) -> Episode {
