@@ -334,10 +334,16 @@ async fn get_fact(caller: Authenticated, path: ItemPath, state: State) -> Reply 
     Ok(HttpResponse::Ok().json(wire::fact(&fact, chrono::Utc::now())))
 }
 
-async fn retract_fact(caller: Authenticated, path: ItemPath, body: web::Bytes, state: State) -> Reply {
+async fn retract_fact(caller: Authenticated, path: ItemPath, payload: web::Payload, state: State) -> Reply {
     let (user, id) = path.into_inner();
     let scope = caller.scope(&user, Permission::Write)?;
-    // The body is optional here, but when present it must be valid.
+    // The body is optional here, but when present it must be valid and within the limit.
+    let limit = state.max_body_bytes;
+    let body = payload
+        .to_bytes_limited(limit)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge { limit })?
+        .map_err(|error| ApiError::Malformed(format!("the body could not be read: {error}")))?;
     let reason = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {

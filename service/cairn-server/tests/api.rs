@@ -1031,6 +1031,23 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
         (status, error_code(&body)),
         (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
     );
+    // The retract route reads its optional body itself, with the same limit and shape.
+    for size in [17 * 1024, 300 * 1024] {
+        let (status, body) = raw(
+            service,
+            "/v1/users/u1/facts/fact_unknown/retract",
+            &owner,
+            "application/json",
+            vec![b' '; size],
+        )
+        .await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            "{size} bytes: {body}"
+        );
+        assert_error_shape(&body);
+    }
     let (status, _, _) = call(
         service,
         Method::GET,
