@@ -14,6 +14,9 @@ import pytest
 from conftest import REPO, binary
 
 MAIN = os.environ.get("CAIRN_TEST_OPENSEARCH_URL")
+REQUIRED = "opensearch" in [name.strip() for name in os.environ.get("CAIRN_TEST_BACKENDS", "").split(",")]
+if REQUIRED and not MAIN:
+    raise RuntimeError("CAIRN_TEST_BACKENDS requires opensearch, but CAIRN_TEST_OPENSEARCH_URL is not set")
 pytestmark = pytest.mark.skipif(not MAIN, reason="CAIRN_TEST_OPENSEARCH_URL is not set")
 SPARE_PORT = int(os.environ.get("CAIRN_TEST_SPARE_OPENSEARCH_PORT", "9201"))
 

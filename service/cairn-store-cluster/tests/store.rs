@@ -32,9 +32,23 @@ impl Drop for Indices {
     }
 }
 
+/// The test cluster's URL from `variable`. A backend named in `CAIRN_TEST_BACKENDS`
+/// (`scripts/test` names every backend it starts) must have one: its tests fail rather
+/// than pass without running.
 #[allow(clippy::disallowed_methods)]
 fn url(variable: &str) -> Option<String> {
-    std::env::var(variable).ok().filter(|url| !url.is_empty())
+    let url = std::env::var(variable).ok().filter(|url| !url.is_empty());
+    let engine = if variable.contains("OPENSEARCH") {
+        "opensearch"
+    } else {
+        "elasticsearch"
+    };
+    let required = std::env::var("CAIRN_TEST_BACKENDS").unwrap_or_default();
+    assert!(
+        url.is_some() || !required.split(',').any(|backend| backend.trim() == engine),
+        "CAIRN_TEST_BACKENDS requires {engine}, but {variable} is not set"
+    );
+    url
 }
 
 /// A store on a fresh prefix, not bootstrapped yet, with the cluster's URL; its indices
