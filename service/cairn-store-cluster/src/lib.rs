@@ -733,6 +733,12 @@ impl ClusterStore {
     }
 }
 
+/// A position as the `long` field stores it: past its range, the largest it can hold
+/// (a position beyond any stored one).
+fn stored_position(position: u64) -> i64 {
+    i64::try_from(position).unwrap_or(i64::MAX)
+}
+
 fn require_status(fact: &Fact, allowed: &[FactStatus]) -> Result<()> {
     if allowed.contains(&fact.status) {
         Ok(())
@@ -1188,7 +1194,7 @@ impl MemoryStore for ClusterStore {
         self.ready()?;
         let body = query::scoped(
             scope,
-            vec![json!({ "range": { "position": { "gt": position } } })],
+            vec![json!({ "range": { "position": { "gt": stored_position(position) } } })],
             Some(json!([{ "position": "asc" }])),
             limit,
         );
@@ -1220,7 +1226,7 @@ impl MemoryStore for ClusterStore {
         self.ready()?;
         let body = query::scoped(
             scope,
-            vec![json!({ "range": { "position": { "lte": position } } })],
+            vec![json!({ "range": { "position": { "lte": stored_position(position) } } })],
             Some(json!([{ "position": "desc" }])),
             limit,
         );

@@ -37,6 +37,7 @@ macro_rules! conformance_suite {
             vector_search_follows_every_change_after_first_use,
             the_watermark_moves_only_from_where_it_is,
             derived_writes_need_their_episodes,
+            no_read_crosses_a_scope,
             jobs_are_durable_leased_and_scoped,
         );
     };
@@ -1386,6 +1387,290 @@ pub async fn derived_writes_need_their_episodes(store: Arc<dyn MemoryStore>) {
     assert_eq!(everything(Arc::clone(&store), alice.clone()).await, (1, 1));
 }
 
+/// Scope A holds every kind of record; every read method of the port, called as
+/// another tenant with the same user id and as another user of A's tenant, finds none
+/// of it, and their writes aimed at A's records change nothing of A.
+pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
+    store.ping().await.expect("a fresh store answers");
+    let owner = scope("acme", "alice");
+    let at = Utc::now() - Duration::minutes(1);
+    let vector = unit(&[0.6, 0.8, 0.0]);
+    let mut said = episode("Alice's marmalade recipe uses Seville oranges", at);
+    said.session_id = Some("s1".into());
+    said.embedding = Some(vector.clone());
+    ingest_episodes(store.as_ref(), &owner, vec![said.clone()]).await;
+    let mut current = fact("Alice keeps marmalade in the pantry", at);
+    current.embedding = Some(vector.clone());
+    let mut old = fact("Alice keeps marmalade in the cellar", at - Duration::seconds(1));
+    old.embedding = Some(vector.clone());
+    insert(store.as_ref(), &owner, &old).await;
+    store
+        .commit(&owner, supersede(&owner, &old, &current))
+        .await
+        .expect("supersede");
+    let mut wrong = fact("Alice hates marmalade", at);
+    wrong.embedding = Some(vector.clone());
+    insert(store.as_ref(), &owner, &wrong).await;
+    let tombstone = Tombstone {
+        id: new_id("tomb"),
+        fingerprint: fingerprint(&wrong.text),
+        fact_id: wrong.id.clone(),
+        reason: TombstoneReason::Retracted,
+        created_at: at,
+        lifted_at: None,
+    };
+    let retract = ChangeSet::new(audit(&owner, "fact.retract"))
+        .with(Change::RetractFact {
+            fact_id: wrong.id.clone(),
+            reason: Some("never true".into()),
+            at,
+        })
+        .with(Change::InsertTombstone(tombstone.clone()));
+    store.commit(&owner, retract).await.expect("retract");
+    let mut procedure = playbook(at);
+    procedure.embedding = Some(vector.clone());
+    let mut second = procedure.clone();
+    second.version = 2;
+    second.steps.push("label the jars".into());
+    let decision = cairn_core::Decision {
+        id: new_id("dec"),
+        kind: cairn_core::DecisionKind::New,
+        reason: "marmalade playbook".into(),
+        fact_id: None,
+        target_ids: vec![procedure.id.clone()],
+        origin: "api".into(),
+        created_at: at,
+    };
+    let pending = job(&owner, at);
+    let set = ChangeSet::new(audit(&owner, "playbook.create"))
+        .with(Change::InsertPlaybook(procedure.clone()))
+        .with(Change::EnqueueJob(pending.clone()))
+        .with_decision(decision);
+    store.commit(&owner, set).await.expect("playbook");
+    let set = ChangeSet::new(audit(&owner, "playbook.version")).with(Change::AppendPlaybookVersion {
+        expected_version: 1,
+        playbook: second,
+    });
+    store.commit(&owner, set).await.expect("version 2");
+    let mark = store.episodes_after(&owner, 0, 10).await.expect("log")[0].position;
+    let set = ChangeSet::new(audit(&owner, "consolidation.run")).with(Change::MoveWatermark {
+        expected: 0,
+        to: mark,
+    });
+    store.commit(&owner, set).await.expect("watermark");
+    let fact_ids = [&current.id, &old.id, &wrong.id];
+    let page = PageRequest {
+        limit: 100,
+        cursor: None,
+    };
+
+    for outsider in [scope("evil", "alice"), scope("acme", "bob")] {
+        let who = format!("{}/{}", outsider.tenant(), outsider.user());
+        for id in fact_ids {
+            assert!(
+                store.get_fact(&outsider, id).await.expect("get").is_none(),
+                "{who}"
+            );
+        }
+        for status in [StatusFilter::All, StatusFilter::Only(FactStatus::Active)] {
+            let listed = store
+                .list_facts(&outsider, status, Utc::now(), &page)
+                .await
+                .expect("list");
+            assert!(listed.items.is_empty(), "{who}");
+        }
+        let by_value = store
+            .find_active_facts_by_fingerprint(&outsider, &fingerprint(&current.text))
+            .await
+            .expect("fingerprint");
+        assert!(by_value.is_empty(), "{who}");
+        assert!(
+            store
+                .find_tombstone(&outsider, &tombstone.fingerprint)
+                .await
+                .expect("tombstone")
+                .is_none(),
+            "{who}"
+        );
+        assert!(
+            store
+                .get_episode(&outsider, &said.id)
+                .await
+                .expect("episode")
+                .is_none(),
+            "{who}"
+        );
+        assert!(
+            store
+                .list_episodes(&outsider, &page)
+                .await
+                .expect("episodes")
+                .items
+                .is_empty(),
+            "{who}"
+        );
+        assert!(
+            store
+                .get_playbook(&outsider, &procedure.id)
+                .await
+                .expect("playbook")
+                .is_none(),
+            "{who}"
+        );
+        match store.playbook_versions(&outsider, &procedure.id).await {
+            Ok(versions) => assert!(versions.is_empty(), "{who}"),
+            Err(Error::NotFound { .. }) => {}
+            Err(other) => panic!("{who}: {other:?}"),
+        }
+        assert!(
+            store
+                .list_playbooks(&outsider, &page)
+                .await
+                .expect("playbooks")
+                .items
+                .is_empty(),
+            "{who}"
+        );
+        for tier in Tier::ALL {
+            let filter = SearchFilter {
+                tier,
+                as_of: Utc::now(),
+                include_history: true,
+                fact_types: Vec::new(),
+                session_id: None,
+                limit: 50,
+            };
+            for session in [None, Some("s1".to_owned())] {
+                let filter = SearchFilter {
+                    session_id: session,
+                    ..filter.clone()
+                };
+                let text = TextQuery::new(
+                    filter.clone(),
+                    "marmalade Seville oranges pantry cellar deploy".to_owned(),
+                );
+                assert!(
+                    store
+                        .search_text(&outsider, &text)
+                        .await
+                        .expect("text")
+                        .is_empty(),
+                    "{who} {tier:?}"
+                );
+                let knn = VectorQuery {
+                    filter,
+                    vector: vector.clone(),
+                };
+                assert!(
+                    store
+                        .search_vector(&outsider, &knn)
+                        .await
+                        .expect("knn")
+                        .is_empty(),
+                    "{who} {tier:?}"
+                );
+            }
+        }
+        assert!(
+            store
+                .list_decisions(&outsider, &page)
+                .await
+                .expect("decisions")
+                .items
+                .is_empty(),
+            "{who}"
+        );
+        assert!(
+            store
+                .list_audit(&outsider, &page)
+                .await
+                .expect("audit")
+                .items
+                .is_empty(),
+            "{who}"
+        );
+        assert!(
+            store
+                .list_tombstones(&outsider)
+                .await
+                .expect("tombstones")
+                .is_empty(),
+            "{who}"
+        );
+        assert_eq!(store.watermark(&outsider).await.expect("watermark"), 0, "{who}");
+        assert!(
+            store
+                .episodes_after(&outsider, 0, 100)
+                .await
+                .expect("after")
+                .is_empty(),
+            "{who}"
+        );
+        assert!(
+            store
+                .episodes_up_to(&outsider, u64::MAX, 100)
+                .await
+                .expect("up to")
+                .is_empty(),
+            "{who}"
+        );
+        assert!(
+            store.pending_jobs(&outsider).await.expect("jobs").is_empty(),
+            "{who}"
+        );
+
+        // Writes aimed at A's records from outside change nothing of A.
+        store
+            .record_usage(&outsider, &[current.id.clone(), procedure.id.clone()], Utc::now())
+            .await
+            .expect("usage is a no-op for records of another scope");
+        let _ = store
+            .release_job(&outsider, &pending.id, Utc::now() + Duration::days(1), "outsider")
+            .await;
+        match store
+            .commit(
+                &outsider,
+                supersede(&outsider, &current, &fact("hijack", Utc::now())),
+            )
+            .await
+        {
+            Err(Error::NotFound { .. }) => {}
+            other => panic!("{who}: superseding another scope's fact gave {other:?}"),
+        }
+        let receipt = store
+            .erase_scope(&outsider, audit(&outsider, "user.erase"))
+            .await
+            .expect("erase");
+        assert_eq!(receipt, cairn_core::ErasureReceipt::default(), "{who}");
+    }
+
+    // A is whole.
+    let facts = store
+        .list_facts(&owner, StatusFilter::All, Utc::now(), &page)
+        .await
+        .expect("list");
+    assert_eq!(facts.items.len(), 3, "current, old and retracted; no hijack");
+    let unused = store
+        .get_fact(&owner, &current.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(unused.use_count, 0, "another scope's usage bump touched nothing");
+    let jobs = store.pending_jobs(&owner).await.expect("jobs");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!((jobs[0].attempts, jobs[0].last_error.as_deref()), (0, None));
+    assert_eq!(
+        store
+            .list_episodes(&owner, &page)
+            .await
+            .expect("episodes")
+            .items
+            .len(),
+        1
+    );
+    assert_eq!(store.watermark(&owner).await.expect("watermark"), mark);
+}
+
 fn job(scope: &Scope, at: DateTime<Utc>) -> ConsolidationJob {
     ConsolidationJob {
         id: new_id("job"),
@@ -1481,4 +1766,33 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
             .expect("claim")
             .is_none()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every method of the storage port is called by the conformance suite, so a new
+    /// method cannot join the port without a check that every backend keeps it in scope.
+    #[test]
+    fn the_suite_calls_every_method_of_the_port() {
+        let port = include_str!("../../cairn-core/src/store.rs");
+        let trait_body = port
+            .split("pub trait MemoryStore")
+            .nth(1)
+            .expect("the MemoryStore trait");
+        let methods: Vec<&str> = trait_body
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("async fn "))
+            .filter_map(|rest| rest.split('(').next())
+            .collect();
+        assert!(methods.len() > 20, "{methods:?}");
+        let suite = include_str!("lib.rs");
+        let uncalled: Vec<&&str> = methods
+            .iter()
+            .filter(|method| !suite.contains(&format!(".{method}(")))
+            .collect();
+        assert!(
+            uncalled.is_empty(),
+            "port methods no conformance check calls: {uncalled:?}"
+        );
+    }
 }
