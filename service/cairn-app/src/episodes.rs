@@ -129,8 +129,18 @@ impl Cairn {
         let mut change_set = ChangeSet::new(event).with(Change::InsertEpisodes(episodes));
         // The job is queued in the same transaction as the episodes, so an acknowledged
         // ingest is consolidated even if the process dies right after answering.
+        // A queued run reads every episode past the watermark, so a scope whose queue is
+        // full needs no further job: a flood of ingests cannot grow the queue.
+        let queue_full = match request.consolidate {
+            ConsolidateMode::None => false,
+            ConsolidateMode::Async | ConsolidateMode::Sync => {
+                self.store.pending_jobs(scope).await?.len()
+                    >= self.settings.consolidation.max_pending_jobs_per_scope
+            }
+        };
         let job_id = match request.consolidate {
             ConsolidateMode::None => None,
+            ConsolidateMode::Async | ConsolidateMode::Sync if queue_full => None,
             ConsolidateMode::Async | ConsolidateMode::Sync => {
                 let job = ConsolidationJob {
                     id: new_id("job"),
@@ -141,6 +151,7 @@ impl Cairn {
                     run_after: ingested_at,
                     attempts: 0,
                     last_error: None,
+                    dead_at: None,
                 };
                 let id = job.id.clone();
                 change_set = change_set.with(Change::EnqueueJob(job));

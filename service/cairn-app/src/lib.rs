@@ -10,7 +10,7 @@ mod recall;
 mod validate;
 
 pub use consolidation::{
-    ConsolidateOptions, ConsolidationOutcome, ConsolidationSettings, Consolidator, OfflineExtractor,
+    ConsolidateOptions, ConsolidationOutcome, ConsolidationSettings, Consolidator, JobRun, OfflineExtractor,
     OfflineJudge,
 };
 pub use episodes::{ConsolidateMode, ConsolidationReport, IngestOutcome, IngestRequest, Message, Role};

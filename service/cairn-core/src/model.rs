@@ -345,6 +345,9 @@ pub struct ConsolidationJob {
     pub run_after: DateTime<Utc>,
     pub attempts: u32,
     pub last_error: Option<String>,
+    /// Set when the job failed too often to be retried by itself (dead-lettered): it is
+    /// not claimed again until retried.
+    pub dead_at: Option<DateTime<Utc>>,
 }
 
 /// An episode with its position in the scope's ingest order (what a watermark counts).

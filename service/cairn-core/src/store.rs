@@ -84,6 +84,12 @@ pub enum Change {
     EnqueueJob(ConsolidationJob),
     /// Removes finished jobs of the scope (ids not found are ignored: a replay is a no-op).
     CompleteJobs(Vec<String>),
+    /// Makes a job of the scope due again at `at`, with no attempts counted and out of
+    /// the dead letters. Precondition: the job is in scope (else `NotFound`).
+    RetryJob {
+        job_id: String,
+        at: DateTime<Utc>,
+    },
     /// Precondition only: every listed episode is still stored in the scope (else the
     /// conflict `evidence_erased`). What was derived from episodes commits only while
     /// they exist, so nothing derived can be written after the scope is erased.
@@ -320,22 +326,28 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// Queued consolidation jobs of the scope, oldest first.
     async fn pending_jobs(&self, scope: &Scope) -> Result<Vec<ConsolidationJob>>;
 
-    /// Leases the oldest job due at `now` of any scope until `lease_until`, and returns
-    /// it with the scope it was enqueued in. Leased jobs are not handed out again until
-    /// the lease ends, so a job whose worker died runs again later.
+    /// Leases a job due at `now` until `lease_until`, and returns it with the scope it was
+    /// enqueued in. Tenants take turns: the job is the oldest due job of the first tenant
+    /// (in name order) after `after_tenant` that has one, wrapping around, so one
+    /// tenant's backlog cannot hold back the others. Leased and dead-lettered jobs are
+    /// not handed out; a job whose worker died runs again when its lease ends.
     async fn claim_job(
         &self,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
+        after_tenant: Option<&str>,
     ) -> Result<Option<(Scope, ConsolidationJob)>>;
 
-    /// Gives a leased job back after a failed run: one more attempt, not before `run_after`.
+    /// Gives a leased job back after a failed run: one more attempt, not before
+    /// `run_after`; with `dead`, into the dead letters instead (not claimed again until
+    /// a `RetryJob`).
     async fn release_job(
         &self,
         scope: &Scope,
         job_id: &str,
         run_after: DateTime<Utc>,
         error: &str,
+        dead: bool,
     ) -> Result<()>;
 
     /// Removes every record of the scope (the audit trail keeps its id-only events and

@@ -91,6 +91,11 @@ pub struct Config {
     pub consolidation_retry_base_ms: u64,
     /// How long a worker holds a job before it is handed out again.
     pub consolidation_lease_seconds: u64,
+    /// Failed runs after which a consolidation job is dead-lettered until retried.
+    pub consolidation_max_attempts: u32,
+    /// Requests' worth of the tenant's rate limit that an explicit consolidation run
+    /// (a synchronous ingest, `POST /consolidate`) costs.
+    pub consolidation_run_cost: u32,
     /// Sustained requests per second allowed to one tenant; 0 disables the limit.
     pub rate_limit_per_second: u32,
     /// Requests a tenant may send in a burst above the sustained rate.
@@ -165,6 +170,8 @@ impl Default for Config {
             consolidation_context_episodes: 5,
             consolidation_retry_base_ms: 5_000,
             consolidation_lease_seconds: 120,
+            consolidation_max_attempts: 8,
+            consolidation_run_cost: 10,
             rate_limit_per_second: 50,
             rate_limit_burst: 100,
             max_body_bytes: 1024 * 1024,
@@ -239,6 +246,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("consolidation_context_episodes", Kind::Integer),
     ("consolidation_retry_base_ms", Kind::Integer),
     ("consolidation_lease_seconds", Kind::Integer),
+    ("consolidation_max_attempts", Kind::Integer),
+    ("consolidation_run_cost", Kind::Integer),
     ("rate_limit_per_second", Kind::Integer),
     ("rate_limit_burst", Kind::Integer),
     ("max_body_bytes", Kind::Integer),
@@ -476,6 +485,12 @@ impl Config {
             return Err(config_error(
                 "CAIRN_CONSOLIDATION_CONTEXT_EPISODES",
                 "must be at most 100",
+            ));
+        }
+        if !(1..=100).contains(&self.consolidation_max_attempts) {
+            return Err(config_error(
+                "CAIRN_CONSOLIDATION_MAX_ATTEMPTS",
+                "must be between 1 and 100",
             ));
         }
         if self.consolidation_lease_seconds == 0 {

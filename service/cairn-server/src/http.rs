@@ -26,6 +26,10 @@ pub struct AppState {
     pub cairn: Cairn,
     pub verifier: Verifier,
     pub limiter: Option<DefaultKeyedRateLimiter<String>>,
+    /// The most requests the limiter admits at once.
+    pub rate_limit_burst: u32,
+    /// Requests' worth of the tenant's quota that an explicit consolidation run costs.
+    pub consolidation_run_cost: u32,
     pub metrics: Metrics,
     pub max_body_bytes: usize,
     pub metrics_require_auth: bool,
@@ -56,10 +60,35 @@ impl AppState {
             cairn,
             verifier,
             limiter,
+            rate_limit_burst,
+            consolidation_run_cost: 10,
             metrics: Metrics::new()?,
             max_body_bytes,
             metrics_require_auth,
         })
+    }
+
+    /// Charges an explicit consolidation run (a synchronous ingest, `POST /consolidate`)
+    /// against the tenant's quota: a run does the work of many requests.
+    pub fn charge_run(&self, tenant: &str) -> Result<(), ApiError> {
+        let cells = self.consolidation_run_cost.min(self.rate_limit_burst);
+        let (Some(limiter), Some(cells)) = (&self.limiter, NonZeroU32::new(cells)) else {
+            return Ok(());
+        };
+        match limiter.check_key_n(&tenant.to_owned(), cells) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(not_until)) => {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                tracing::warn!(tenant = %tenant, "rate limited: consolidation run");
+                Err(ApiError::RateLimited {
+                    retry_after_seconds: wait.as_secs_f64().ceil().max(1.0) as u64,
+                })
+            }
+            // More cells than the burst: cannot happen, the cost is capped at the burst.
+            Err(_) => Err(ApiError::RateLimited {
+                retry_after_seconds: 1,
+            }),
+        }
     }
 
     /// Admits one request of `tenant`, or says how long to wait.

@@ -14,7 +14,7 @@ pub mod telemetry;
 pub mod wire;
 
 use anyhow::Context;
-use cairn_app::{Cairn, ConsolidationSettings, Consolidator, Settings};
+use cairn_app::{Cairn, ConsolidationSettings, Consolidator, JobRun, Settings};
 use cairn_core::MemoryStore;
 use cairn_store_cluster::{ClusterStore, Engine};
 use cairn_store_sqlite::SqliteStore;
@@ -169,6 +169,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
             job_lease: chrono::Duration::seconds(
                 i64::try_from(config.consolidation_lease_seconds).unwrap_or(120),
             ),
+            max_attempts: config.consolidation_max_attempts,
             ..ConsolidationSettings::default()
         },
         ..Settings::default()
@@ -214,7 +215,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
             .await
             .context("CAIRN_EMBEDDING_MODEL_DIR")?,
     }
-    http::AppState::new(
+    let mut state = http::AppState::new(
         cairn,
         verifier,
         config.rate_limit_per_second,
@@ -222,7 +223,9 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         config.max_body_bytes,
         config.metrics_require_auth,
         config.mcp_allowed_hosts(),
-    )
+    )?;
+    state.consolidation_run_cost = config.consolidation_run_cost;
+    Ok(state)
 }
 
 /// Runs queued consolidation jobs until the process stops: woken by ingests, and
@@ -233,17 +236,26 @@ pub fn spawn_consolidation_worker(
     tokio::spawn(async move {
         loop {
             match state.cairn.run_due_job().await {
-                Ok(Some(outcome)) => state.metrics.observe_consolidation(&outcome, "job"),
+                Ok(Some(JobRun::Done(outcome))) => state.metrics.observe_consolidation(&outcome, "job"),
                 Ok(None) => {
                     tokio::select! {
                         () = state.cairn.consolidation_woken() => {}
                         () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
                     }
                 }
-                Err(_) => {
+                Ok(Some(JobRun::Failed(_))) => {
                     // Logged with the job; the job is released with a backoff.
                     state.metrics.observe_consolidation_failure("job");
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Ok(Some(JobRun::DeadLettered(_))) => {
+                    state.metrics.observe_consolidation_failure("job");
+                    state.metrics.observe_dead_letter();
+                }
+                Err(error) => {
+                    // The queue itself failed (the store is down): wait before trying again.
+                    tracing::warn!(error = %error, "claiming a consolidation job failed");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
             }
         }

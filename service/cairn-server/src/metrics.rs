@@ -14,6 +14,7 @@ pub struct Metrics {
     llm_calls: IntCounter,
     llm_tokens: IntCounterVec,
     llm_cost: Counter,
+    dead_letters: IntCounter,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -55,6 +56,10 @@ impl Metrics {
             &["direction"],
         )?;
         let llm_cost = Counter::new("llm_cost_usd_total", "Estimated LLM cost in US dollars")?;
+        let dead_letters = IntCounter::new(
+            "consolidation_dead_letters_total",
+            "Consolidation jobs dead-lettered after failing too often",
+        )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(consolidation_runs.clone()))?;
@@ -62,6 +67,7 @@ impl Metrics {
         registry.register(Box::new(llm_calls.clone()))?;
         registry.register(Box::new(llm_tokens.clone()))?;
         registry.register(Box::new(llm_cost.clone()))?;
+        registry.register(Box::new(dead_letters.clone()))?;
         Ok(Metrics {
             registry,
             requests,
@@ -71,6 +77,7 @@ impl Metrics {
             llm_calls,
             llm_tokens,
             llm_cost,
+            dead_letters,
         })
     }
 
@@ -93,6 +100,10 @@ impl Metrics {
             .with_label_values(&["output"])
             .inc_by(outcome.usage.output_tokens);
         self.llm_cost.inc_by(outcome.usage.cost_usd.max(0.0));
+    }
+
+    pub fn observe_dead_letter(&self) {
+        self.dead_letters.inc();
     }
 
     pub fn observe_consolidation_failure(&self, trigger: &str) {

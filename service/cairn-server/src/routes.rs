@@ -126,6 +126,18 @@ pub const ROUTES: &[(&str, &str, Option<Permission>, &str)] = &[
     ),
     (
         "GET",
+        "/v1/users/{user}/jobs",
+        Some(Permission::Read),
+        "Consolidation jobs of the user, queued and dead-lettered, with their errors",
+    ),
+    (
+        "POST",
+        "/v1/users/{user}/jobs/{id}/retry",
+        Some(Permission::Write),
+        "Make a consolidation job due now, out of the dead letters",
+    ),
+    (
+        "GET",
         "/v1/users/{user}/audit",
         Some(Permission::Admin),
         "The audit trail of the scope",
@@ -175,6 +187,8 @@ pub fn register(config: &mut web::ServiceConfig) {
                 .route("/profile", web::get().to(profile))
                 .route("/consolidate", web::post().to(consolidate))
                 .route("/decisions", web::get().to(decisions))
+                .route("/jobs", web::get().to(jobs))
+                .route("/jobs/{id}/retry", web::post().to(retry_job))
                 .route("/audit", web::get().to(audit)),
         )
         .default_service(web::to(not_found));
@@ -235,10 +249,11 @@ async fn ingest(
     state: State,
 ) -> Reply {
     let scope = caller.scope(&user, Permission::Write)?;
-    let outcome = state
-        .cairn
-        .ingest(&scope, &caller.context, body.into_inner().into_request()?)
-        .await?;
+    let request = body.into_inner().into_request()?;
+    if request.consolidate == cairn_app::ConsolidateMode::Sync {
+        state.charge_run(scope.tenant().as_str())?;
+    }
+    let outcome = state.cairn.ingest(&scope, &caller.context, request).await?;
     if let Some(run) = &outcome.consolidation.outcome {
         state.metrics.observe_consolidation(run, "sync");
     } else if outcome.consolidation.error.is_some() {
@@ -257,6 +272,7 @@ async fn consolidate(
     let options = body
         .map(|body| body.into_inner().into_options())
         .unwrap_or_default();
+    state.charge_run(scope.tenant().as_str())?;
     let outcome = match state.cairn.consolidate(&scope, &caller.context, options).await {
         Ok(outcome) => outcome,
         Err(error) => {
@@ -480,6 +496,19 @@ async fn decisions(
         .decisions(&scope, &page_request(query.limit, query.cursor)?)
         .await?;
     Ok(HttpResponse::Ok().json(wire::page(&page, wire::decision)))
+}
+
+async fn jobs(caller: Authenticated, user: UserPath, state: State) -> Reply {
+    let scope = caller.scope(&user, Permission::Read)?;
+    let jobs = state.cairn.jobs(&scope).await?;
+    Ok(HttpResponse::Ok().json(json!({ "items": jobs.iter().map(wire::job).collect::<Vec<_>>() })))
+}
+
+async fn retry_job(caller: Authenticated, path: ItemPath, state: State) -> Reply {
+    let (user, id) = path.into_inner();
+    let scope = caller.scope(&user, Permission::Write)?;
+    let job = state.cairn.retry_job(&scope, &caller.context, &id).await?;
+    Ok(HttpResponse::Ok().json(json!({ "job": wire::job(&job) })))
 }
 
 async fn audit(

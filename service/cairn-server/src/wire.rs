@@ -6,8 +6,8 @@ use cairn_app::{
     RecallHit, RecallRequest, RecallResult, Role,
 };
 use cairn_core::{
-    AuditEvent, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, FactType, Memory, Page,
-    PageRequest, Playbook, StatusFilter, Tier,
+    AuditEvent, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, FactType,
+    Memory, Page, PageRequest, Playbook, StatusFilter, Tier,
 };
 use chrono::{DateTime, FixedOffset, Utc};
 use serde::Deserialize;
@@ -275,6 +275,20 @@ pub fn page<T>(page: &Page<T>, render: impl Fn(&T) -> Value) -> Value {
     json!({
         "items": page.items.iter().map(render).collect::<Vec<_>>(),
         "next_cursor": page.next_cursor,
+    })
+}
+
+/// A consolidation job as clients see it: its state, attempts and last error (the
+/// assistant context it carries is transient extraction input and is not shown).
+pub fn job(job: &ConsolidationJob) -> Value {
+    json!({
+        "id": job.id,
+        "state": if job.dead_at.is_some() { "dead" } else { "queued" },
+        "created_at": time(job.created_at),
+        "run_after": time(job.run_after),
+        "attempts": job.attempts,
+        "last_error": job.last_error,
+        "dead_at": optional_time(job.dead_at),
     })
 }
 

@@ -1071,6 +1071,54 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
     assert_eq!(episodes["items"], json!([]));
 }
 
+/// An explicit consolidation run costs more of the tenant's quota than one request,
+/// so runs cannot be used to do unbounded work at the price of single requests.
+#[actix_web::test]
+async fn consolidation_runs_count_against_the_rate_limit() {
+    let harness = harness_with(|config| {
+        config.rate_limit_per_second = 1;
+        config.rate_limit_burst = 20;
+        config.consolidation_run_cost = 10;
+    })
+    .await;
+    let service = &harness.service;
+    let owner = token("runner", ALL);
+    let run = || {
+        call(
+            service,
+            Method::POST,
+            "/v1/users/u1/consolidate",
+            Some(&owner),
+            None,
+        )
+    };
+    let (status, body, _) = run().await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body, headers) = run().await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
+    );
+    assert!(headers.contains_key("retry-after"));
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/episodes",
+        Some(&owner),
+        Some(json!({ "messages": [{ "role": "user", "content": "I paint murals" }], "consolidate": "sync" })),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a synchronous run is charged too: {body}"
+    );
+    let (status, _, _) = call(service, Method::GET, "/v1/users/u1/episodes", Some(&owner), None).await;
+    assert_eq!(status, StatusCode::OK, "single requests still fit");
+    let (_, episodes, _) = call(service, Method::GET, "/v1/users/u1/episodes", Some(&owner), None).await;
+    assert_eq!(episodes["items"], json!([]), "the refused ingest stored nothing");
+}
+
 #[actix_web::test]
 async fn tenants_past_their_rate_limit_get_429_with_retry_after() {
     let harness = harness_with(|config| {

@@ -367,6 +367,7 @@ pub fn job(scope: &Scope, job: &ConsolidationJob) -> Value {
             "run_after": micros(job.run_after),
             "attempts": job.attempts,
             "last_error": job.last_error,
+            "dead_at": optional(job.dead_at),
         }),
     )
 }
@@ -381,5 +382,6 @@ pub fn read_job(source: &Value) -> Result<ConsolidationJob> {
         run_after: time(source, "run_after")?,
         attempts: u32::try_from(count(source, "attempts")).unwrap_or(0),
         last_error: optional_text(source, "last_error"),
+        dead_at: optional_time(source, "dead_at")?,
     })
 }

@@ -587,6 +587,26 @@ impl ClusterStore {
                 Change::RequireEpisodes(episode_ids) => {
                     self.require_episodes(scope, episode_ids).await?;
                 }
+                Change::RetryJob { job_id, at } => {
+                    let doc = self
+                        .owned(scope, "jobs", job_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "job" })?;
+                    let mut after = doc.source.clone();
+                    after["attempts"] = json!(0);
+                    after["run_after"] = json!(docs::micros(*at));
+                    if let Value::Object(map) = &mut after {
+                        for field in ["dead_at", "last_error", "leased_until"] {
+                            map.remove(field);
+                        }
+                    }
+                    updates.push(Update {
+                        index: "jobs",
+                        id: job_id.clone(),
+                        before: Some(doc),
+                        after,
+                    });
+                }
                 Change::InsertEpisodes(_)
                 | Change::InsertEdge(_)
                 | Change::InsertTombstone(_)
@@ -862,6 +882,7 @@ impl MemoryStore for ClusterStore {
                 | Change::RetractFact { .. }
                 | Change::LiftTombstone { .. }
                 | Change::RequireEpisodes(_)
+                | Change::RetryJob { .. }
                 | Change::MoveWatermark { .. } => {}
             }
         }
@@ -1262,10 +1283,23 @@ impl MemoryStore for ClusterStore {
         &self,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
+        after_tenant: Option<&str>,
     ) -> Result<Option<(Scope, ConsolidationJob)>> {
         self.ready()?;
-        let body = query::due_jobs(docs::micros(now), 10);
-        for hit in hits(&self.search("jobs", None, body).await?) {
+        let mut due = hits(
+            &self
+                .search("jobs", None, query::due_jobs(docs::micros(now), after_tenant, 10))
+                .await?,
+        );
+        if due.is_empty() && after_tenant.is_some() {
+            // Past the last tenant in name order: wrap around.
+            due = hits(
+                &self
+                    .search("jobs", None, query::due_jobs(docs::micros(now), None, 10))
+                    .await?,
+            );
+        }
+        for hit in due {
             let mut source = hit["_source"].clone();
             let tenant = source["tenant"].as_str().unwrap_or_default().to_owned();
             source["leased_until"] = json!(docs::micros(lease_until));
@@ -1298,6 +1332,7 @@ impl MemoryStore for ClusterStore {
         job_id: &str,
         run_after: DateTime<Utc>,
         error: &str,
+        dead: bool,
     ) -> Result<()> {
         self.ready()?;
         let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
@@ -1307,6 +1342,9 @@ impl MemoryStore for ClusterStore {
         source["attempts"] = json!(source["attempts"].as_u64().unwrap_or(0) + 1);
         source["run_after"] = json!(docs::micros(run_after));
         source["last_error"] = json!(error);
+        if dead {
+            source["dead_at"] = json!(docs::micros(Utc::now()));
+        }
         if let Value::Object(map) = &mut source {
             map.remove("leased_until");
         }

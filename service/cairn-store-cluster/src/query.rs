@@ -177,18 +177,24 @@ pub fn listing(
 /// Jobs of every scope that are due at `now` and not leased, oldest first: the one
 /// query without a scope filter, because the job queue hands out work across scopes
 /// (each job then restores the scope it was enqueued in).
-pub fn due_jobs(now: i64, size: usize) -> Value {
+pub fn due_jobs(now: i64, after_tenant: Option<&str>, size: usize) -> Value {
+    let mut filter = vec![
+        json!({ "range": { "run_after": { "lte": now } } }),
+        json!({ "bool": { "should": [
+            { "bool": { "must_not": { "exists": { "field": "leased_until" } } } },
+            { "range": { "leased_until": { "lte": now } } }
+        ], "minimum_should_match": 1 } }),
+        json!({ "bool": { "must_not": { "exists": { "field": "dead_at" } } } }),
+    ];
+    // Tenants take turns: the next tenant in name order after the last one served.
+    if let Some(tenant) = after_tenant {
+        filter.push(json!({ "range": { "tenant": { "gt": tenant } } }));
+    }
     json!({
         "size": size,
         "seq_no_primary_term": true,
-        "query": { "bool": { "filter": [
-            { "range": { "run_after": { "lte": now } } },
-            { "bool": { "should": [
-                { "bool": { "must_not": { "exists": { "field": "leased_until" } } } },
-                { "range": { "leased_until": { "lte": now } } }
-            ], "minimum_should_match": 1 } }
-        ] } },
-        "sort": [{ "run_after": "asc" }, { "created_at": "asc" }]
+        "query": { "bool": { "filter": filter } },
+        "sort": [{ "tenant": "asc" }, { "run_after": "asc" }, { "created_at": "asc" }]
     })
 }
 

@@ -182,6 +182,25 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
             }
             Ok(())
         }
+        Change::RetryJob { job_id, at } => {
+            let updated = transaction
+                .execute(
+                    "UPDATE jobs SET dead_at = NULL, attempts = 0, last_error = NULL, run_after = ?1, \
+                     leased_until = NULL WHERE id = ?2 AND tenant = ?3 AND user_id = ?4",
+                    params![
+                        micros(*at),
+                        job_id,
+                        scope.tenant().as_str(),
+                        scope.user().as_str()
+                    ],
+                )
+                .map_err(storage)?;
+            if updated == 1 {
+                Ok(())
+            } else {
+                Err(Error::NotFound { what: "job" })
+            }
+        }
         Change::RequireEpisodes(episode_ids) => require_episodes(transaction, scope, episode_ids),
         Change::MoveWatermark { expected, to } => move_watermark(transaction, scope, *expected, *to),
     }

@@ -273,6 +273,7 @@ fn rows_changed_in(change_set: &ChangeSet, tier: Tier) -> Vec<&str> {
             | Change::RecordPlaybookOutcome { .. }
             | Change::EnqueueJob(_)
             | Change::CompleteJobs(_)
+            | Change::RetryJob { .. }
             | Change::RequireEpisodes(_)
             | Change::MoveWatermark { .. } => {}
         }
@@ -700,27 +701,35 @@ impl MemoryStore for SqliteStore {
         &self,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
+        after_tenant: Option<&str>,
     ) -> Result<Option<(Scope, ConsolidationJob)>> {
+        let after_tenant = after_tenant.map(str::to_owned);
         self.write(move |connection| {
             let transaction = connection.transaction().map_err(storage)?;
-            let claimed = transaction
-                .query_row(
-                    &format!(
-                        "SELECT seq, tenant, user_id, {} FROM jobs \
+            // The next tenant in name order with a due job, wrapping around.
+            let next_due = |after: Option<&str>| {
+                transaction
+                    .query_row(
+                        "SELECT seq, tenant, user_id FROM jobs \
                          WHERE run_after <= ?1 AND (leased_until IS NULL OR leased_until <= ?1) \
-                         ORDER BY run_after ASC, seq ASC LIMIT 1",
-                        rows::JOB_COLUMNS
-                    ),
-                    params![micros(now)],
-                    |row| {
-                        let seq: i64 = row.get(0)?;
-                        let tenant: String = row.get(1)?;
-                        let user: String = row.get(2)?;
-                        Ok((seq, tenant, user))
-                    },
-                )
-                .optional()
-                .map_err(storage)?;
+                         AND dead_at IS NULL AND tenant > ?2 \
+                         ORDER BY tenant, run_after, seq LIMIT 1",
+                        params![micros(now), after.unwrap_or("")],
+                        |row| {
+                            let seq: i64 = row.get(0)?;
+                            let tenant: String = row.get(1)?;
+                            let user: String = row.get(2)?;
+                            Ok((seq, tenant, user))
+                        },
+                    )
+                    .optional()
+                    .map_err(storage)
+            };
+            let claimed = match next_due(after_tenant.as_deref())? {
+                Some(found) => Some(found),
+                None if after_tenant.is_some() => next_due(None)?,
+                None => None,
+            };
             let Some((seq, tenant, user)) = claimed else {
                 return Ok(None);
             };
@@ -755,18 +764,21 @@ impl MemoryStore for SqliteStore {
         job_id: &str,
         run_after: DateTime<Utc>,
         error: &str,
+        dead: bool,
     ) -> Result<()> {
         let scope = scope.clone();
         let job_id = job_id.to_owned();
         let error = error.to_owned();
         self.write(move |connection| {
+            let dead_at = dead.then(|| micros(Utc::now()));
             connection
                 .execute(
                     "UPDATE jobs SET leased_until = NULL, attempts = attempts + 1, run_after = ?1, \
-                     last_error = ?2 WHERE id = ?3 AND tenant = ?4 AND user_id = ?5",
+                     last_error = ?2, dead_at = ?3 WHERE id = ?4 AND tenant = ?5 AND user_id = ?6",
                     params![
                         micros(run_after),
                         error,
+                        dead_at,
                         job_id,
                         scope.tenant().as_str(),
                         scope.user().as_str()

@@ -199,7 +199,7 @@ pub fn tombstone(row: &Row<'_>) -> rusqlite::Result<Tombstone> {
 }
 
 pub const JOB_COLUMNS: &str =
-    "id, subject, request_id, assistant_context, created_at, run_after, attempts, last_error";
+    "id, subject, request_id, assistant_context, created_at, run_after, attempts, last_error, dead_at";
 
 pub fn job(row: &Row<'_>) -> rusqlite::Result<ConsolidationJob> {
     Ok(ConsolidationJob {
@@ -211,5 +211,6 @@ pub fn job(row: &Row<'_>) -> rusqlite::Result<ConsolidationJob> {
         run_after: time_at(row, 5)?,
         attempts: row.get(6)?,
         last_error: row.get(7)?,
+        dead_at: optional_time_at(row, 8)?,
     })
 }

@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Durability, safety and read settings applied to every connection. `synchronous=FULL`
 /// in WAL mode means an acknowledged commit survives a crash of the process or the
@@ -41,6 +41,9 @@ pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     if version < 3 {
         transaction.execute_batch(EPISODE_CONTEXT)?;
         reindex_episodes(&transaction)?;
+    }
+    if version < 4 {
+        transaction.execute_batch(DEAD_LETTERS)?;
     }
     if version < SCHEMA_VERSION {
         transaction.execute(
@@ -258,4 +261,11 @@ CREATE TABLE jobs (
 );
 CREATE INDEX jobs_due ON jobs (run_after, seq);
 CREATE INDEX jobs_scope ON jobs (tenant, user_id, seq);
+"#;
+
+/// Version 4: dead-lettered jobs (failed too often, not claimed until retried), and an
+/// index that lets tenants take turns at the job queue.
+const DEAD_LETTERS: &str = r#"
+ALTER TABLE jobs ADD COLUMN dead_at INTEGER;
+CREATE INDEX jobs_by_tenant ON jobs (tenant, run_after, seq);
 "#;

@@ -130,7 +130,8 @@ async fn upgrading_from_version_2_indexes_episode_context() {
             .await
             .expect("commit");
     }
-    // Put the file back into its version 2 shape: a full-text table without context.
+    // Put the file back into its version 2 shape: a full-text table without context, and
+    // jobs without dead letters.
     {
         let connection =
             rusqlite::Connection::open(directory.path().join("cairn.sqlite3")).expect("open file");
@@ -142,6 +143,8 @@ async fn upgrading_from_version_2_indexes_episode_context() {
                  CREATE VIRTUAL TABLE episodes_fts USING fts5 (text, scope_key, tokenize = 'porter unicode61 remove_diacritics 2');
                  INSERT INTO episodes_fts (rowid, text, scope_key) SELECT seq, text, scope_key FROM saved;
                  DROP TABLE saved;
+                 DROP INDEX jobs_by_tenant;
+                 ALTER TABLE jobs DROP COLUMN dead_at;
                  UPDATE schema_meta SET value = '2' WHERE key = 'version';",
             )
             .expect("downgrade");

@@ -39,6 +39,7 @@ macro_rules! conformance_suite {
             derived_writes_need_their_episodes,
             no_read_crosses_a_scope,
             jobs_are_durable_leased_and_scoped,
+            tenants_take_turns_and_dead_letters_wait_for_a_retry,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -1625,7 +1626,13 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
             .await
             .expect("usage is a no-op for records of another scope");
         let _ = store
-            .release_job(&outsider, &pending.id, Utc::now() + Duration::days(1), "outsider")
+            .release_job(
+                &outsider,
+                &pending.id,
+                Utc::now() + Duration::days(1),
+                "outsider",
+                true,
+            )
             .await;
         match store
             .commit(
@@ -1658,7 +1665,11 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
     assert_eq!(unused.use_count, 0, "another scope's usage bump touched nothing");
     let jobs = store.pending_jobs(&owner).await.expect("jobs");
     assert_eq!(jobs.len(), 1);
-    assert_eq!((jobs[0].attempts, jobs[0].last_error.as_deref()), (0, None));
+    assert_eq!(
+        (jobs[0].attempts, jobs[0].last_error.as_deref(), jobs[0].dead_at),
+        (0, None, None),
+        "another scope can neither fail nor dead-letter the job"
+    );
     assert_eq!(
         store
             .list_episodes(&owner, &page)
@@ -1681,6 +1692,7 @@ fn job(scope: &Scope, at: DateTime<Utc>) -> ConsolidationJob {
         run_after: at,
         attempts: 0,
         last_error: None,
+        dead_at: None,
     }
 }
 
@@ -1700,7 +1712,7 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
 
     let lease = now + Duration::seconds(30);
     let (claimed_scope, claimed) = store
-        .claim_job(now, lease)
+        .claim_job(now, lease, None)
         .await
         .expect("claim")
         .expect("a due job");
@@ -1710,12 +1722,12 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
         "the job comes back with the scope it was enqueued in"
     );
     assert!(
-        store.claim_job(now, lease).await.expect("claim").is_none(),
+        store.claim_job(now, lease, None).await.expect("claim").is_none(),
         "a leased job is not handed out twice"
     );
     assert!(
         store
-            .claim_job(lease, lease + Duration::seconds(30))
+            .claim_job(lease, lease + Duration::seconds(30), None)
             .await
             .expect("claim")
             .is_some(),
@@ -1724,15 +1736,15 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
 
     let retry_at = now + Duration::minutes(5);
     store
-        .release_job(&alice, &queued.id, retry_at, "provider timed out")
+        .release_job(&alice, &queued.id, retry_at, "provider timed out", false)
         .await
         .expect("release");
     assert!(
-        store.claim_job(now, lease).await.expect("claim").is_none(),
+        store.claim_job(now, lease, None).await.expect("claim").is_none(),
         "not due before its retry time"
     );
     let (_, retried) = store
-        .claim_job(retry_at, retry_at + Duration::seconds(30))
+        .claim_job(retry_at, retry_at + Duration::seconds(30), None)
         .await
         .expect("claim")
         .expect("due");
@@ -1761,11 +1773,98 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
     );
     assert!(
         store
-            .claim_job(now + Duration::days(1), now + Duration::days(2))
+            .claim_job(now + Duration::days(1), now + Duration::days(2), None)
             .await
             .expect("claim")
             .is_none()
     );
+}
+
+/// One tenant's backlog does not hold the others back: claims take tenants in turn.
+/// A dead-lettered job is listed but never claimed until it is retried, and only its
+/// own scope can retry it.
+pub async fn tenants_take_turns_and_dead_letters_wait_for_a_retry(store: Arc<dyn MemoryStore>) {
+    let flood = scope("a-flood", "u");
+    let quiet = scope("b-quiet", "u");
+    let other = scope("c-other", "u");
+    let now = Utc::now() - Duration::seconds(10);
+    let enqueue = |scope: &Scope, at: DateTime<Utc>| {
+        ChangeSet::new(audit(scope, "episode.ingest")).with(Change::EnqueueJob(job(scope, at)))
+    };
+    for offset in 0..5 {
+        store
+            .commit(&flood, enqueue(&flood, now + Duration::milliseconds(offset)))
+            .await
+            .expect("enqueue");
+    }
+    store
+        .commit(&quiet, enqueue(&quiet, now + Duration::seconds(1)))
+        .await
+        .expect("enqueue");
+    store
+        .commit(&other, enqueue(&other, now + Duration::seconds(2)))
+        .await
+        .expect("enqueue");
+    let claim_at = now + Duration::seconds(5);
+    let lease = claim_at + Duration::minutes(1);
+    let mut served = Vec::new();
+    let mut last: Option<String> = None;
+    for _ in 0..4 {
+        let (scope, _) = store
+            .claim_job(claim_at, lease, last.as_deref())
+            .await
+            .expect("claim")
+            .expect("a due job");
+        last = Some(scope.tenant().as_str().to_owned());
+        served.push(scope.tenant().as_str().to_owned());
+    }
+    assert_eq!(
+        served,
+        ["a-flood", "b-quiet", "c-other", "a-flood"],
+        "tenants take turns, wrapping around"
+    );
+
+    // Dead letters: listed with their error, never claimed, retried only by their scope.
+    let stuck = store.pending_jobs(&quiet).await.expect("jobs")[0].clone();
+    store
+        .release_job(&quiet, &stuck.id, claim_at, "provider keeps failing", true)
+        .await
+        .expect("dead-letter");
+    let listed = store.pending_jobs(&quiet).await.expect("jobs");
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].dead_at.is_some());
+    assert_eq!(listed[0].last_error.as_deref(), Some("provider keeps failing"));
+    let later = claim_at + Duration::days(1);
+    let mut claimed_later = Vec::new();
+    while let Some((scope, job)) = store
+        .claim_job(later, later + Duration::minutes(1), None)
+        .await
+        .expect("claim")
+    {
+        claimed_later.push((scope.tenant().as_str().to_owned(), job.id));
+    }
+    assert!(
+        claimed_later.iter().all(|(_, id)| *id != stuck.id),
+        "a dead letter is not claimed: {claimed_later:?}"
+    );
+    let retry = |scope: &Scope| {
+        ChangeSet::new(audit(scope, "consolidation.retry")).with(Change::RetryJob {
+            job_id: stuck.id.clone(),
+            at: later,
+        })
+    };
+    match store.commit(&flood, retry(&flood)).await {
+        Err(Error::NotFound { .. }) => {}
+        other => panic!("another scope retried the job: {other:?}"),
+    }
+    store.commit(&quiet, retry(&quiet)).await.expect("retry");
+    let (scope, job) = store
+        .claim_job(later, later + Duration::minutes(1), None)
+        .await
+        .expect("claim")
+        .expect("the retried job is due");
+    assert_eq!((scope, job.id.clone()), (quiet.clone(), stuck.id.clone()));
+    assert_eq!((job.attempts, job.dead_at, job.last_error), (0, None, None));
 }
 
 #[cfg(test)]

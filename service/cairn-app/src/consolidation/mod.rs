@@ -42,6 +42,14 @@ pub struct ConsolidationSettings {
     /// First retry delay of a failed job; doubles per attempt up to `retry_max`.
     pub retry_base: Duration,
     pub retry_max: Duration,
+    /// Failed runs after which a job is dead-lettered: kept, visible, not retried by
+    /// itself until someone retries it.
+    pub max_attempts: u32,
+    /// Jobs a scope may have queued; past it an ingest queues none (a queued run reads
+    /// every episode past the watermark anyway), so a flood cannot grow the queue.
+    pub max_pending_jobs_per_scope: usize,
+    /// Distinct assistant texts of the queued jobs shown to the extractor, newest kept.
+    pub max_assistant_context: usize,
 }
 
 impl Default for ConsolidationSettings {
@@ -56,6 +64,9 @@ impl Default for ConsolidationSettings {
             job_lease: Duration::seconds(120),
             retry_base: Duration::seconds(5),
             retry_max: Duration::minutes(10),
+            max_attempts: 8,
+            max_pending_jobs_per_scope: 8,
+            max_assistant_context: 20,
         }
     }
 }
@@ -67,6 +78,8 @@ pub struct Consolidator {
     judge: Arc<dyn Judge>,
     locks: Arc<Mutex<HashMap<String, Arc<ScopeLock>>>>,
     wake: Arc<tokio::sync::Notify>,
+    /// The tenant whose job was claimed last: the next claim starts after it.
+    last_tenant: Arc<Mutex<Option<String>>>,
 }
 
 /// What serialises a scope's consolidation runs and its erasure. An erasure announces
@@ -122,6 +135,7 @@ impl Consolidator {
             judge,
             locks: Arc::default(),
             wake: Arc::default(),
+            last_tenant: Arc::default(),
         }
     }
 
@@ -148,6 +162,16 @@ impl Consolidator {
             _exclusive: exclusive,
         })
     }
+}
+
+/// What running one due job came to.
+#[derive(Debug)]
+pub enum JobRun {
+    Done(ConsolidationOutcome),
+    /// The run failed; the job runs again after a delay.
+    Failed(Error),
+    /// The run failed once too often; the job waits in the dead letters for a retry.
+    DeadLettered(Error),
 }
 
 /// How a consolidation run was asked for.
@@ -207,18 +231,28 @@ impl Cairn {
         self.consolidator.wake.notified().await;
     }
 
-    /// Takes the oldest due job of any scope and runs it. On failure the job is given
-    /// back with a growing delay; its episodes stay stored and nothing is half-written.
-    pub async fn run_due_job(&self) -> Result<Option<ConsolidationOutcome>> {
+    /// Takes a due job (tenants take turns) and runs it. On failure the job is given
+    /// back with a growing delay, or dead-lettered after `max_attempts`; its episodes
+    /// stay stored and nothing is half-written. `None` when no job is due.
+    pub async fn run_due_job(&self) -> Result<Option<JobRun>> {
         let settings = &self.settings.consolidation;
         let started = now();
+        let after = self
+            .consolidator
+            .last_tenant
+            .lock()
+            .map_err(|_| Error::Storage("consolidation turn poisoned".into()))?
+            .clone();
         let Some((scope, job)) = self
             .store
-            .claim_job(started, started + settings.job_lease)
+            .claim_job(started, started + settings.job_lease, after.as_deref())
             .await?
         else {
             return Ok(None);
         };
+        if let Ok(mut last) = self.consolidator.last_tenant.lock() {
+            *last = Some(scope.tenant().as_str().to_owned());
+        }
         let context = RequestContext {
             request_id: job.request_id.clone(),
         };
@@ -226,8 +260,22 @@ impl Cairn {
             .consolidate(&scope, &context, ConsolidateOptions::default())
             .await
         {
-            Ok(outcome) => Ok(Some(outcome)),
+            Ok(outcome) => Ok(Some(JobRun::Done(outcome))),
             Err(error) => {
+                let dead = job.attempts + 1 >= settings.max_attempts;
+                if dead {
+                    tracing::error!(
+                        tenant = %scope.tenant(),
+                        job = %job.id,
+                        attempts = job.attempts + 1,
+                        error = %error,
+                        "consolidation failed too often; the job is dead-lettered until retried"
+                    );
+                    self.store
+                        .release_job(&scope, &job.id, now(), &error.to_string(), true)
+                        .await?;
+                    return Ok(Some(JobRun::DeadLettered(error)));
+                }
                 let exponent = job.attempts.min(16);
                 let delay = settings
                     .retry_base
@@ -243,11 +291,45 @@ impl Cairn {
                     "consolidation failed; the job will run again"
                 );
                 self.store
-                    .release_job(&scope, &job.id, now() + delay, &error.to_string())
+                    .release_job(&scope, &job.id, now() + delay, &error.to_string(), false)
                     .await?;
-                Err(error)
+                Ok(Some(JobRun::Failed(error)))
             }
         }
+    }
+
+    /// The scope's consolidation jobs, queued and dead-lettered, oldest first.
+    pub async fn jobs(&self, scope: &Scope) -> Result<Vec<ConsolidationJob>> {
+        self.store.pending_jobs(scope).await
+    }
+
+    /// Makes a job due now, out of the dead letters and with no attempts counted.
+    pub async fn retry_job(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        job_id: &str,
+    ) -> Result<ConsolidationJob> {
+        let at = now();
+        let event = crate::audit_event(
+            scope,
+            context,
+            "consolidation.retry",
+            vec![job_id.to_owned()],
+            serde_json::Value::Null,
+        );
+        let set = ChangeSet::new(event).with(Change::RetryJob {
+            job_id: job_id.to_owned(),
+            at,
+        });
+        self.store.commit(scope, set).await?;
+        self.wake_consolidation();
+        self.store
+            .pending_jobs(scope)
+            .await?
+            .into_iter()
+            .find(|job| job.id == job_id)
+            .ok_or(Error::NotFound { what: "job" })
     }
 
     /// Runs consolidation of the scope now. Runs of one scope never interleave: a
@@ -266,7 +348,7 @@ impl Cairn {
         let mut watermark = self.store.watermark(scope).await?;
         let mut cursor = if options.from_start { 0 } else { watermark };
         let jobs = self.store.pending_jobs(scope).await?;
-        let assistant_context = assistant_context(&jobs);
+        let assistant_context = assistant_context(&jobs, settings.max_assistant_context);
         let job_ids: Vec<String> = jobs.iter().map(|job| job.id.clone()).collect();
         let mut outcome = ConsolidationOutcome {
             run_id: run_id.clone(),
@@ -963,14 +1045,19 @@ fn run_audit(
     )
 }
 
-/// Assistant text of the pending jobs, each distinct text once.
-fn assistant_context(jobs: &[ConsolidationJob]) -> Vec<String> {
+/// Assistant text of the pending jobs, each distinct text once, the newest `limit`.
+fn assistant_context(jobs: &[ConsolidationJob], limit: usize) -> Vec<String> {
     let mut seen = HashSet::new();
-    jobs.iter()
-        .flat_map(|job| job.assistant_context.iter())
+    let mut newest_first: Vec<String> = jobs
+        .iter()
+        .rev()
+        .flat_map(|job| job.assistant_context.iter().rev())
         .filter(|text| seen.insert(text.as_str()))
+        .take(limit)
         .cloned()
-        .collect()
+        .collect();
+    newest_first.reverse();
+    newest_first
 }
 
 fn current_filter(limit: usize) -> SearchFilter {

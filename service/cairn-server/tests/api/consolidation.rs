@@ -823,6 +823,108 @@ async fn provider_failures_keep_episodes_and_retry_later() {
     );
 }
 
+/// A job that keeps failing is dead-lettered after `CAIRN_CONSOLIDATION_MAX_ATTEMPTS`
+/// runs: kept with its error, listed, counted in the metrics and never retried by the
+/// worker, until a retry makes it due; then it runs once.
+#[actix_web::test]
+async fn a_job_failing_too_often_waits_in_the_dead_letters_until_retried() {
+    let script = Arc::new(Mutex::new(Script {
+        extract: vec![(
+            "I restore old clocks",
+            vec![("The user restores old clocks.", "preference", None)],
+        )],
+        // Every call of two job runs fails (each run makes three calls).
+        faults: vec![Fault::Status(500, None); 6].into(),
+        ..Script::default()
+    }));
+    let url = fake_llm(Arc::clone(&script)).await;
+    let directory = tempfile::tempdir().expect("temp dir");
+    let mut configured = config(&directory);
+    llm_config(&mut configured, "openai", url);
+    configured.consolidation_retry_base_ms = 50;
+    configured.consolidation_max_attempts = 2;
+    let state = web::Data::new(build_state(&configured).await.expect("state"));
+    let worker = spawn_consolidation_worker(state.clone());
+    let service = test::init_service(http::app(state)).await;
+    let owner = token("acme", ALL);
+    let reader = token("acme", "memory:read");
+    let (status, body, _) = call(
+        &service,
+        Method::POST,
+        "/v1/users/cal/episodes",
+        Some(&owner),
+        Some(json!({ "messages": [{ "role": "user", "content": "I restore old clocks" }] })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut dead = Value::Null;
+    for _ in 0..100 {
+        let jobs = items!(&service, &reader, "/v1/users/cal/jobs");
+        if let Some(job) = jobs.iter().find(|job| job["state"] == "dead") {
+            dead = job.clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(dead["attempts"], 2, "{dead}");
+    assert!(
+        dead["last_error"].as_str().is_some_and(|error| !error.is_empty()),
+        "{dead}"
+    );
+    let calls = script.lock().expect("lock").calls;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        script.lock().expect("lock").calls,
+        calls,
+        "the worker leaves a dead letter alone"
+    );
+    assert!(facts!(&service, &owner, "cal").is_empty());
+    let (_, metrics, _) = call(&service, Method::GET, "/metrics", None, None).await;
+    assert!(
+        metrics
+            .as_str()
+            .unwrap_or_default()
+            .contains("cairn_consolidation_dead_letters_total 1"),
+        "{metrics}"
+    );
+
+    let id = dead["id"].as_str().expect("job id");
+    let retry = format!("/v1/users/cal/jobs/{id}/retry");
+    let (status, _, _) = call(&service, Method::POST, &retry, Some(&reader), None).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "retrying needs the write permission"
+    );
+    let (status, _, _) = call(
+        &service,
+        Method::POST,
+        "/v1/users/cal/jobs/job_unknown/retry",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body, _) = call(&service, Method::POST, &retry, Some(&owner), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (body["job"]["state"].clone(), body["job"]["attempts"].clone()),
+        (json!("queued"), json!(0))
+    );
+    let found = facts_eventually!(&service, &owner, "cal");
+    worker.abort();
+    assert_eq!(status_of(&found, "clocks"), ["active"], "{found:#?}");
+    assert!(
+        items!(&service, &reader, "/v1/users/cal/jobs").is_empty(),
+        "the job is done"
+    );
+    let trail = items!(&service, &owner, "/v1/users/cal/audit?limit=100");
+    assert!(
+        trail.iter().any(|event| event["action"] == "consolidation.retry"),
+        "{trail:#?}"
+    );
+}
+
 #[actix_web::test]
 async fn the_background_worker_consolidates_queued_ingests() {
     let directory = tempfile::tempdir().expect("temp dir");

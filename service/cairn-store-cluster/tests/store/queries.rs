@@ -118,7 +118,17 @@ fn templates_per_engine() {
 
 #[test]
 fn the_job_queue_is_the_one_unscoped_query() {
-    let body = query::due_jobs(1_800_000_000_000_000, 10);
+    let body = query::due_jobs(1_800_000_000_000_000, None, 10);
     insta::assert_json_snapshot!("due_jobs", sorted(&body));
-    assert!(!body.to_string().contains("\"tenant\""));
+    // Tenants take turns: the tenant appears only as the order of the turns, never as a
+    // scope filter (no term on tenant or user).
+    let body = query::due_jobs(1_800_000_000_000_000, Some("acme"), 10);
+    insta::assert_json_snapshot!("due_jobs_after_a_tenant", sorted(&body));
+    for body in [
+        query::due_jobs(1_800_000_000_000_000, None, 10),
+        query::due_jobs(1_800_000_000_000_000, Some("acme"), 10),
+    ] {
+        let text = body.to_string();
+        assert!(!text.contains("\"term\"") && !text.contains("\"user\""), "{text}");
+    }
 }
