@@ -2,7 +2,7 @@
 
 use crate::consolidation::language;
 use crate::{Cairn, RequestContext, audit_event, decision, now, validate};
-use cairn_core::text::fingerprint;
+use cairn_core::text::{fingerprint, keyed_fingerprint};
 use cairn_core::{
     Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Episode, Error, Fact, FactStatus, FactType,
     Memory, Page, PageRequest, Result, Scope, SearchFilter, StatusFilter, TextQuery, Tier, Tombstone,
@@ -132,7 +132,10 @@ impl Cairn {
                     context,
                     "fact.write_refused",
                     vec![tombstone.id.clone()],
-                    serde_json::json!({ "fingerprint": value_fingerprint, "reassert": input.reassert }),
+                    serde_json::json!({
+                        "fingerprint": self.audit_fingerprint(scope, &fact.text).await?,
+                        "reassert": input.reassert
+                    }),
                 );
                 self.store
                     .commit(scope, ChangeSet::new(event).with_decision(blocked))
@@ -326,6 +329,14 @@ impl Cairn {
             .max_by_key(|episode| episode.ingested_at))
     }
 
+    /// What the audit keeps of a value: a fingerprint keyed by the scope's secret, so it
+    /// matches nothing in another scope and nothing at all once the scope is erased.
+    async fn audit_fingerprint(&self, scope: &Scope, value: &str) -> Result<String> {
+        let candidate: [u8; 32] = rand::random();
+        let key = self.store.audit_key(scope, candidate).await?;
+        Ok(keyed_fingerprint(&key, value))
+    }
+
     /// One fact of the scope, any status.
     pub async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Fact> {
         self.store
@@ -396,7 +407,7 @@ impl Cairn {
             context,
             "fact.forget",
             vec![fact.id.clone()],
-            serde_json::json!({ "fingerprint": value_fingerprint }),
+            serde_json::json!({ "fingerprint": self.audit_fingerprint(scope, &fact.text).await? }),
         );
         let mut change_set = ChangeSet::new(event)
             .with(Change::EraseFact {

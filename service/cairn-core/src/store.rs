@@ -312,6 +312,11 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// Unlifted tombstones of the scope, newest first.
     async fn list_tombstones(&self, scope: &Scope) -> Result<Vec<Tombstone>>;
 
+    /// The scope's secret for keyed fingerprints in the audit trail: the stored one, or
+    /// `candidate` stored now when the scope has none. Erasing the scope destroys it, so
+    /// fingerprints left in the audit can no longer confirm a guessed value.
+    async fn audit_key(&self, scope: &Scope, candidate: [u8; 32]) -> Result<Vec<u8>>;
+
     /// The scope's consolidation watermark: the position of the last consolidated
     /// episode (0 before the first run).
     async fn watermark(&self, scope: &Scope) -> Result<u64>;

@@ -49,9 +49,60 @@ pub fn fingerprint(text: &str) -> String {
     format!("sha256:{}", hex::encode(digest))
 }
 
+/// HMAC-SHA256 (RFC 2104) of `data` under `key`.
+pub fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    let mut block = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let inner = Sha256::new()
+        .chain_update(block.map(|byte| byte ^ 0x36))
+        .chain_update(data)
+        .finalize();
+    Sha256::new()
+        .chain_update(block.map(|byte| byte ^ 0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+/// `hmac-sha256:<hex>` of the normalized text under a scope's audit key: what the audit
+/// trail keeps of a forgotten or refused value. Unlike [`fingerprint`] it differs
+/// between scopes, and once the scope is erased (and its key with it) nobody can
+/// confirm a guessed value against it.
+pub fn keyed_fingerprint(key: &[u8], text: &str) -> String {
+    format!(
+        "hmac-sha256:{}",
+        hex::encode(hmac_sha256(key, normalize(text).as_bytes()))
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231_and_keyed_fingerprints_depend_on_the_key() {
+        assert_eq!(
+            hex::encode(hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        // Test case 6: a key longer than the block is hashed first.
+        assert_eq!(
+            hex::encode(hmac_sha256(
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First"
+            )),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+        let one = keyed_fingerprint(b"scope one", "Lives in Paris.");
+        assert_eq!(one, keyed_fingerprint(b"scope one", "lives   in paris"));
+        assert_ne!(one, keyed_fingerprint(b"scope two", "Lives in Paris."));
+        assert!(one.starts_with("hmac-sha256:") && !one.contains(&fingerprint("Lives in Paris.")[7..]));
+    }
 
     #[test]
     fn normalization_ignores_case_punctuation_and_spacing() {

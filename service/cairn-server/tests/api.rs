@@ -736,10 +736,11 @@ async fn retraction_tombstones_and_forgetting_erases() {
         .find(|e| e["action"] == "fact.forget")
         .expect("forget audited");
     assert_eq!(forget["target_ids"], json!([reasserted]));
+    let kept = forget["detail"]["fingerprint"].as_str().unwrap_or_default();
+    assert!(kept.starts_with("hmac-sha256:"), "a keyed fingerprint: {kept}");
     assert!(
-        forget["detail"]["fingerprint"]
-            .as_str()
-            .is_some_and(|f| f.starts_with("sha256:"))
+        !kept.contains(&cairn_core::text::fingerprint("The user is vegetarian")[7..]),
+        "not the plain hash anyone can compute from a guess"
     );
     assert!(
         !trail.to_string().to_lowercase().contains("vegetarian"),

@@ -1202,6 +1202,36 @@ impl MemoryStore for ClusterStore {
             .collect()
     }
 
+    async fn audit_key(&self, scope: &Scope, candidate: [u8; 32]) -> Result<Vec<u8>> {
+        self.ready()?;
+        use base64::Engine as _;
+        let codec = base64::engine::general_purpose::STANDARD;
+        for _ in 0..50 {
+            let current = self.state(scope).await?;
+            if let Some(key) = current.as_ref().and_then(|doc| doc.source["audit_key"].as_str()) {
+                return codec
+                    .decode(key)
+                    .map_err(|error| Error::Storage(format!("state audit_key: {error}")));
+            }
+            let (mut state, version) = match current {
+                Some(doc) => (doc.source, Some((doc.seq_no, doc.primary_term))),
+                None => (
+                    json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope),
+                            "watermark": 0, "allocated": 0 }),
+                    None,
+                ),
+            };
+            state["audit_key"] = json!(codec.encode(candidate));
+            let answer = self
+                .write_if("state", &state_id(scope), scope.tenant().as_str(), state, version)
+                .await?;
+            if answer.ok() {
+                return Ok(candidate.to_vec());
+            }
+        }
+        Err(Error::Unavailable("audit key: too much contention".into()))
+    }
+
     async fn watermark(&self, scope: &Scope) -> Result<u64> {
         self.ready()?;
         Ok(self

@@ -641,6 +641,29 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn audit_key(&self, scope: &Scope, candidate: [u8; 32]) -> Result<Vec<u8>> {
+        let scope = scope.clone();
+        self.write(move |connection| {
+            let (tenant, user) = (scope.tenant().as_str(), scope.user().as_str());
+            connection
+                .execute(
+                    "INSERT INTO consolidation_state (tenant, user_id, watermark, audit_key) \
+                     VALUES (?1, ?2, 0, ?3) ON CONFLICT (tenant, user_id) \
+                     DO UPDATE SET audit_key = coalesce(audit_key, excluded.audit_key)",
+                    params![tenant, user, candidate.as_slice()],
+                )
+                .map_err(storage)?;
+            connection
+                .query_row(
+                    "SELECT audit_key FROM consolidation_state WHERE tenant = ?1 AND user_id = ?2",
+                    params![tenant, user],
+                    |row| row.get::<_, Vec<u8>>(0),
+                )
+                .map_err(storage)
+        })
+        .await
+    }
+
     async fn watermark(&self, scope: &Scope) -> Result<u64> {
         let scope = scope.clone();
         self.read(move |connection| {

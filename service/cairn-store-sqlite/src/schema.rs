@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Durability, safety and read settings applied to every connection. `synchronous=FULL`
 /// in WAL mode means an acknowledged commit survives a crash of the process or the
@@ -44,6 +44,9 @@ pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     }
     if version < 4 {
         transaction.execute_batch(DEAD_LETTERS)?;
+    }
+    if version < 5 {
+        transaction.execute_batch(AUDIT_KEYS)?;
     }
     if version < SCHEMA_VERSION {
         transaction.execute(
@@ -268,4 +271,10 @@ CREATE INDEX jobs_scope ON jobs (tenant, user_id, seq);
 const DEAD_LETTERS: &str = r#"
 ALTER TABLE jobs ADD COLUMN dead_at INTEGER;
 CREATE INDEX jobs_by_tenant ON jobs (tenant, run_after, seq);
+"#;
+
+/// Version 5: each scope's secret for the keyed fingerprints its audit events keep,
+/// deleted with the scope's state when it is erased.
+const AUDIT_KEYS: &str = r#"
+ALTER TABLE consolidation_state ADD COLUMN audit_key BLOB;
 "#;

@@ -130,8 +130,8 @@ async fn upgrading_from_version_2_indexes_episode_context() {
             .await
             .expect("commit");
     }
-    // Put the file back into its version 2 shape: a full-text table without context, and
-    // jobs without dead letters.
+    // Put the file back into its version 2 shape: a full-text table without context, jobs
+    // without dead letters, scope state without audit keys.
     {
         let connection =
             rusqlite::Connection::open(directory.path().join("cairn.sqlite3")).expect("open file");
@@ -145,6 +145,7 @@ async fn upgrading_from_version_2_indexes_episode_context() {
                  DROP TABLE saved;
                  DROP INDEX jobs_by_tenant;
                  ALTER TABLE jobs DROP COLUMN dead_at;
+                 ALTER TABLE consolidation_state DROP COLUMN audit_key;
                  UPDATE schema_meta SET value = '2' WHERE key = 'version';",
             )
             .expect("downgrade");

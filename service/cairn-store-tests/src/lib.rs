@@ -38,6 +38,7 @@ macro_rules! conformance_suite {
             the_watermark_moves_only_from_where_it_is,
             derived_writes_need_their_episodes,
             no_read_crosses_a_scope,
+            audit_keys_belong_to_their_scope_and_die_with_it,
             jobs_are_durable_leased_and_scoped,
             tenants_take_turns_and_dead_letters_wait_for_a_retry,
         );
@@ -1865,6 +1866,43 @@ pub async fn tenants_take_turns_and_dead_letters_wait_for_a_retry(store: Arc<dyn
         .expect("the retried job is due");
     assert_eq!((scope, job.id.clone()), (quiet.clone(), stuck.id.clone()));
     assert_eq!((job.attempts, job.dead_at, job.last_error), (0, None, None));
+}
+
+/// A scope's audit key is created once, kept through the scope's other state changes,
+/// never shared with another scope, and destroyed by erasing the scope.
+pub async fn audit_keys_belong_to_their_scope_and_die_with_it(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    assert_eq!(store.audit_key(&alice, [1; 32]).await.expect("key"), vec![1; 32]);
+    assert_eq!(
+        store.audit_key(&alice, [2; 32]).await.expect("key"),
+        vec![1; 32],
+        "the stored key stays"
+    );
+    assert_eq!(store.audit_key(&bob, [3; 32]).await.expect("key"), vec![3; 32]);
+    ingest_episodes(store.as_ref(), &alice, vec![episode("first", Utc::now())]).await;
+    let mark = store.episodes_after(&alice, 0, 1).await.expect("log")[0].position;
+    let advance = ChangeSet::new(audit(&alice, "consolidation.run")).with(Change::MoveWatermark {
+        expected: 0,
+        to: mark,
+    });
+    store.commit(&alice, advance).await.expect("advance");
+    assert_eq!(store.watermark(&alice).await.expect("watermark"), mark);
+    assert_eq!(
+        store.audit_key(&alice, [5; 32]).await.expect("key"),
+        vec![1; 32],
+        "the key survives the scope's other state"
+    );
+    store
+        .erase_scope(&alice, audit(&alice, "user.erase"))
+        .await
+        .expect("erase");
+    assert_eq!(
+        store.audit_key(&alice, [4; 32]).await.expect("key"),
+        vec![4; 32],
+        "erasure destroyed the old key"
+    );
+    assert_eq!(store.audit_key(&bob, [6; 32]).await.expect("key"), vec![3; 32]);
 }
 
 #[cfg(test)]
