@@ -108,6 +108,9 @@ struct Update {
     after: Value,
 }
 
+/// Documents read per request by whole-set reads (`scoped_all`).
+const PAGE: usize = 500;
+
 fn hits(body: &Value) -> Vec<Value> {
     body["hits"]["hits"].as_array().cloned().unwrap_or_default()
 }
@@ -335,6 +338,25 @@ impl ClusterStore {
             .map(|key| vec![("routing", key.to_owned())])
             .unwrap_or_default();
         self.cluster.expect(Method::Post, &path, &query, Some(body)).await
+    }
+
+    /// Every document of the scope matching `body`'s query, in its sort order (which must
+    /// end in a unique field), read a page of `body`'s size at a time: never cut short.
+    async fn scoped_all(&self, scope: &Scope, kind: &str, mut body: Value) -> Result<Vec<Value>> {
+        let size = body["size"].as_u64().unwrap_or(0) as usize;
+        let mut all = Vec::new();
+        loop {
+            let found = self.scoped_search(scope, kind, body.clone()).await?;
+            let next = found
+                .last()
+                .map(|hit| hit["sort"].clone())
+                .filter(|sort| sort.is_array() && found.len() == size && size > 0);
+            all.extend(found);
+            match next {
+                Some(after) => body["search_after"] = after,
+                None => return Ok(all),
+            }
+        }
     }
 
     async fn scoped_search(&self, scope: &Scope, kind: &str, body: Value) -> Result<Vec<Value>> {
@@ -902,9 +924,9 @@ impl MemoryStore for ClusterStore {
                     self.delete("facts", fact_id, tenant).await?;
                     // Links to the erased fact go with it.
                     let linked = vec![json!({ "term": { "superseded_by": fact_id } })];
-                    let mut body = query::scoped(scope, linked, None, 1000);
+                    let mut body = query::scoped(scope, linked, Some(json!([{ "id": "asc" }])), PAGE);
                     body["seq_no_primary_term"] = json!(true);
-                    for hit in self.scoped_search(scope, "facts", body).await? {
+                    for hit in self.scoped_all(scope, "facts", body).await? {
                         let mut source = hit["_source"].clone();
                         if let Value::Object(map) = &mut source {
                             map.remove("superseded_by");
@@ -1059,10 +1081,10 @@ impl MemoryStore for ClusterStore {
         let body = query::scoped(
             scope,
             vec![json!({ "term": { "playbook_id": playbook_id } })],
-            Some(json!([{ "version": "asc" }])),
-            1000,
+            Some(json!([{ "version": "asc" }, { "id": "asc" }])),
+            PAGE,
         );
-        self.scoped_search(scope, "playbook-versions", body)
+        self.scoped_all(scope, "playbook-versions", body)
             .await?
             .iter()
             .map(|hit| docs::read_playbook_version(&hit["_source"]))
@@ -1192,10 +1214,10 @@ impl MemoryStore for ClusterStore {
             scope,
             vec![json!({ "bool": { "must_not": { "exists": { "field": "lifted_at" } } } })],
             "created_at",
-            1000,
+            PAGE,
             None,
         );
-        self.scoped_search(scope, "tombstones", body)
+        self.scoped_all(scope, "tombstones", body)
             .await?
             .iter()
             .map(|hit| docs::read_tombstone(&hit["_source"]))
@@ -1300,9 +1322,9 @@ impl MemoryStore for ClusterStore {
             scope,
             Vec::new(),
             Some(json!([{ "created_at": "asc" }, { "id": "asc" }])),
-            1000,
+            PAGE,
         );
-        self.scoped_search(scope, "jobs", body)
+        self.scoped_all(scope, "jobs", body)
             .await?
             .iter()
             .map(|hit| docs::read_job(&hit["_source"]))

@@ -39,6 +39,7 @@ macro_rules! conformance_suite {
             derived_writes_need_their_episodes,
             no_read_crosses_a_scope,
             audit_keys_belong_to_their_scope_and_die_with_it,
+            whole_set_reads_are_never_cut_short,
             jobs_are_durable_leased_and_scoped,
             tenants_take_turns_and_dead_letters_wait_for_a_retry,
         );
@@ -1903,6 +1904,47 @@ pub async fn audit_keys_belong_to_their_scope_and_die_with_it(store: Arc<dyn Mem
         "erasure destroyed the old key"
     );
     assert_eq!(store.audit_key(&bob, [6; 32]).await.expect("key"), vec![3; 32]);
+}
+
+/// Reads that return a whole set (tombstones, queued jobs) return all of it, however
+/// large: a tombstone past any page size still blocks its value.
+pub async fn whole_set_reads_are_never_cut_short(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let at = Utc::now() - Duration::minutes(1);
+    let mut tombstones = ChangeSet::new(audit(&alice, "fact.forget"));
+    for index in 0..1_100 {
+        tombstones.changes.push(Change::InsertTombstone(Tombstone {
+            id: new_id("tomb"),
+            fingerprint: fingerprint(&format!("forgotten value number {index}")),
+            fact_id: format!("fact_{index}"),
+            reason: TombstoneReason::Forgotten,
+            created_at: at + Duration::milliseconds(index),
+            lifted_at: None,
+        }));
+    }
+    store.commit(&alice, tombstones).await.expect("tombstones");
+    let listed = store.list_tombstones(&alice).await.expect("tombstones");
+    assert_eq!(listed.len(), 1_100);
+    let distinct: std::collections::HashSet<&str> =
+        listed.iter().map(|tombstone| tombstone.id.as_str()).collect();
+    assert_eq!(distinct.len(), 1_100, "no tombstone listed twice");
+    assert!(
+        store
+            .find_tombstone(&alice, &fingerprint("forgotten value number 0"))
+            .await
+            .expect("find")
+            .is_some(),
+        "the oldest tombstone still blocks its value"
+    );
+    let mut jobs = ChangeSet::new(audit(&alice, "episode.ingest"));
+    for index in 0..1_001 {
+        jobs.changes.push(Change::EnqueueJob(job(
+            &alice,
+            at + Duration::milliseconds(index),
+        )));
+    }
+    store.commit(&alice, jobs).await.expect("jobs");
+    assert_eq!(store.pending_jobs(&alice).await.expect("jobs").len(), 1_001);
 }
 
 #[cfg(test)]
