@@ -6,7 +6,7 @@
 //! narrowed with arguments, e.g. `-- 1000 10000`.
 
 use cairn_app::{
-    Cairn, ConsolidateMode, IngestRequest, Message, RecallRequest, RequestContext, Role, Settings,
+    Cairn, ConsolidateMode, FactInput, IngestRequest, Message, RecallRequest, RequestContext, Role, Settings,
 };
 use cairn_core::{
     Change, ChangeSet, Embedder, Fact, FactStatus, FactType, MemoryStore, Permission, Principal, Scope,
@@ -59,6 +59,7 @@ const OBJECTS: &[&str] = &[
 const OTHER_SCOPES: usize = 100;
 const FACTS_PER_OTHER_SCOPE: usize = 100;
 const QUERIES: usize = 300;
+const ALTERNATIONS: usize = 100;
 
 /// A deterministic pseudo-random sequence (xorshift), so runs are comparable.
 struct Sequence(u64);
@@ -288,6 +289,28 @@ fn main() {
                 percentile(&latencies, 0.50),
                 percentile(&latencies, 0.95),
                 percentile(&latencies, 0.99)
+            );
+            // A scope that alternates writes and recalls: each recall follows a write.
+            let mut alternating = Vec::with_capacity(ALTERNATIONS);
+            for index in 0..ALTERNATIONS {
+                let input = FactInput {
+                    text: sequence.sentence(1_000_000 + loaded + index),
+                    ..FactInput::default()
+                };
+                cairn.write_fact(&measured, &context, input).await.expect("write");
+                let mut request = RecallRequest::new("what does the coach think about green tea");
+                request.k = Some(10);
+                request.tiers = vec![Tier::Semantic];
+                let started = Instant::now();
+                cairn.recall(&measured, request).await.expect("recall");
+                alternating.push(started.elapsed());
+            }
+            loaded += ALTERNATIONS;
+            alternating.sort();
+            println!(
+                "recall right after a write ({ALTERNATIONS} alternations), {size} facts: p50 {:.1} ms, p95 {:.1} ms",
+                percentile(&alternating, 0.50),
+                percentile(&alternating, 0.95)
             );
         }
         let started = Instant::now();

@@ -93,6 +93,8 @@ pub struct Config {
     pub consolidation_lease_seconds: u64,
     /// Failed runs after which a consolidation job is dead-lettered until retried.
     pub consolidation_max_attempts: u32,
+    /// Batches a background run consolidates before its scope gives up its turn.
+    pub consolidation_max_batches_per_run: usize,
     /// Requests' worth of the tenant's rate limit that an explicit consolidation run
     /// (a synchronous ingest, `POST /consolidate`) costs.
     pub consolidation_run_cost: u32,
@@ -171,6 +173,7 @@ impl Default for Config {
             consolidation_retry_base_ms: 5_000,
             consolidation_lease_seconds: 120,
             consolidation_max_attempts: 8,
+            consolidation_max_batches_per_run: 5,
             consolidation_run_cost: 10,
             rate_limit_per_second: 50,
             rate_limit_burst: 100,
@@ -247,6 +250,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("consolidation_retry_base_ms", Kind::Integer),
     ("consolidation_lease_seconds", Kind::Integer),
     ("consolidation_max_attempts", Kind::Integer),
+    ("consolidation_max_batches_per_run", Kind::Integer),
     ("consolidation_run_cost", Kind::Integer),
     ("rate_limit_per_second", Kind::Integer),
     ("rate_limit_burst", Kind::Integer),
@@ -485,6 +489,12 @@ impl Config {
             return Err(config_error(
                 "CAIRN_CONSOLIDATION_CONTEXT_EPISODES",
                 "must be at most 100",
+            ));
+        }
+        if !(1..=1000).contains(&self.consolidation_max_batches_per_run) {
+            return Err(config_error(
+                "CAIRN_CONSOLIDATION_MAX_BATCHES_PER_RUN",
+                "must be between 1 and 1000",
             ));
         }
         if !(1..=100).contains(&self.consolidation_max_attempts) {

@@ -170,6 +170,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
                 i64::try_from(config.consolidation_lease_seconds).unwrap_or(120),
             ),
             max_attempts: config.consolidation_max_attempts,
+            max_batches_per_run: config.consolidation_max_batches_per_run,
             ..ConsolidationSettings::default()
         },
         ..Settings::default()

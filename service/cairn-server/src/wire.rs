@@ -123,6 +123,7 @@ impl ConsolidateBody {
         ConsolidateOptions {
             dry_run: self.dry_run,
             from_start: self.from_start,
+            max_batches: None,
         }
     }
 }

@@ -50,6 +50,8 @@ pub struct ConsolidationSettings {
     pub max_pending_jobs_per_scope: usize,
     /// Distinct assistant texts of the queued jobs shown to the extractor, newest kept.
     pub max_assistant_context: usize,
+    /// Batches a background run consolidates before the scope gives up its turn.
+    pub max_batches_per_run: usize,
 }
 
 impl Default for ConsolidationSettings {
@@ -67,6 +69,7 @@ impl Default for ConsolidationSettings {
             max_attempts: 8,
             max_pending_jobs_per_scope: 8,
             max_assistant_context: 20,
+            max_batches_per_run: 5,
         }
     }
 }
@@ -181,6 +184,9 @@ pub struct ConsolidateOptions {
     pub dry_run: bool,
     /// Re-read every episode of the scope, not only those past the watermark.
     pub from_start: bool,
+    /// Stop after this many batches, leaving a queued job for the rest (background runs
+    /// take turns with other scopes instead of following a flood of ingests).
+    pub max_batches: Option<usize>,
 }
 
 /// What one run did (or, dry, would do).
@@ -256,10 +262,11 @@ impl Cairn {
         let context = RequestContext {
             request_id: job.request_id.clone(),
         };
-        match self
-            .consolidate(&scope, &context, ConsolidateOptions::default())
-            .await
-        {
+        let options = ConsolidateOptions {
+            max_batches: Some(settings.max_batches_per_run),
+            ..ConsolidateOptions::default()
+        };
+        match self.consolidate(&scope, &context, options).await {
             Ok(outcome) => Ok(Some(JobRun::Done(outcome))),
             Err(error) => {
                 let dead = job.attempts + 1 >= settings.max_attempts;
@@ -368,6 +375,7 @@ impl Cairn {
             lifted: HashSet::new(),
         };
         let retracted = self.retracted_values(scope).await?;
+        let mut batches = 0;
         loop {
             let batch = self
                 .store
@@ -423,9 +431,26 @@ impl Cairn {
             outcome.usage.add(plan.usage);
             let next_watermark = watermark.max(last);
             let last_batch = self.store.episodes_after(scope, last, 1).await?.is_empty();
-            let more = !last_batch;
+            batches += 1;
+            let turn_over = !last_batch && options.max_batches.is_some_and(|most| batches >= most);
+            let more = !last_batch && !turn_over;
             if !more {
                 plan.changes.push(Change::CompleteJobs(job_ids.clone()));
+            }
+            if turn_over {
+                // The rest waits for this scope's next turn, as a job of its own.
+                let id = plan.next_id("job");
+                plan.changes.push(Change::EnqueueJob(ConsolidationJob {
+                    id,
+                    subject: scope.subject().to_owned(),
+                    request_id: context.request_id.clone(),
+                    assistant_context: assistant_context.clone(),
+                    created_at: now(),
+                    run_after: now(),
+                    attempts: 0,
+                    last_error: None,
+                    dead_at: None,
+                }));
             }
             plan.changes.push(Change::MoveWatermark {
                 expected: watermark,

@@ -925,6 +925,69 @@ async fn a_job_failing_too_often_waits_in_the_dead_letters_until_retried() {
     );
 }
 
+/// A background run stops after its share of batches and queues the rest as a job of
+/// its own, so a scope with a long backlog takes turns with the others; the backlog is
+/// still consolidated in full, each episode once.
+#[actix_web::test]
+async fn a_long_backlog_is_consolidated_in_turns() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let mut configured = config(&directory);
+    configured.consolidation_batch_size = 2;
+    configured.consolidation_max_batches_per_run = 2;
+    let state = web::Data::new(build_state(&configured).await.expect("state"));
+    let service = test::init_service(http::app(state.clone())).await;
+    let owner = token("acme", ALL);
+    let places = [
+        "Lisbon", "Kyoto", "Oslo", "Quito", "Hanoi", "Dakar", "Perth", "Lima", "Riga", "Cusco",
+    ];
+    let messages: Vec<Value> = places
+        .iter()
+        .map(|place| json!({ "role": "user", "content": format!("I love {place}") }))
+        .collect();
+    let (status, body, _) = call(
+        &service,
+        Method::POST,
+        "/v1/users/kim/episodes",
+        Some(&owner),
+        Some(json!({ "messages": messages })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let worker = spawn_consolidation_worker(state);
+    let mut found = Vec::new();
+    for _ in 0..200 {
+        found = facts!(&service, &owner, "kim");
+        if found.len() >= places.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.abort();
+    assert_eq!(
+        found.len(),
+        places.len(),
+        "every episode consolidated once: {found:#?}"
+    );
+    let trail = items!(&service, &owner, "/v1/users/kim/audit?limit=100");
+    let batches: Vec<&Value> = trail
+        .iter()
+        .filter(|event| event["action"] == "consolidation.run")
+        .collect();
+    let runs: std::collections::HashSet<&str> = batches
+        .iter()
+        .filter_map(|event| event["detail"]["run_id"].as_str())
+        .collect();
+    assert_eq!(
+        (batches.len(), runs.len()),
+        (5, 3),
+        "five batches of two, in runs of at most two batches: {trail:#?}"
+    );
+    assert!(
+        items!(&service, &owner, "/v1/users/kim/jobs").is_empty(),
+        "no job left"
+    );
+}
+
 #[actix_web::test]
 async fn the_background_worker_consolidates_queued_ingests() {
     let directory = tempfile::tempdir().expect("temp dir");
