@@ -39,6 +39,7 @@ struct Options {
     workers: usize,
     seconds: u64,
     kill_every: Option<u64>,
+    rounds: usize,
     extra_env: Vec<(String, String)>,
 }
 
@@ -52,6 +53,7 @@ fn options() -> Result<Options> {
         workers: 16,
         seconds: 60,
         kill_every: None,
+        rounds: 20,
         extra_env: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
@@ -66,6 +68,7 @@ fn options() -> Result<Options> {
             "--workers" => options.workers = value()?.parse()?,
             "--seconds" => options.seconds = value()?.parse()?,
             "--kill-every" => options.kill_every = Some(value()?.parse()?),
+            "--rounds" => options.rounds = value()?.parse()?,
             "--env" => {
                 let pair = value()?;
                 let (key, val) = pair
@@ -562,6 +565,11 @@ impl Run {
                     None,
                 )
                 .await?;
+            if status == 429 {
+                // The tenant's quota: wait for it, then read the same page again.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
             if status != 200 {
                 self.violation(format!("listing {path} answered {status}"));
                 return None;
@@ -898,10 +906,12 @@ async fn steady_tenant(run: Arc<Run>, scope_index: usize, rounds: usize) -> (Vec
         else {
             continue;
         };
-        if let Some(episode) = body["episode_ids"][0].as_str()
-            && let Some(delay) = consolidation_delay(&run, scope, episode, sent).await
-        {
-            delays.push(delay);
+        match body["episode_ids"][0].as_str() {
+            Some(episode) => match consolidation_delay(&run, scope, episode, sent).await {
+                Some(delay) => delays.push(delay),
+                None => eprintln!("load: round {round}: no fact within 120 s"),
+            },
+            None => continue,
         }
         for _ in 0..5 {
             let started = Instant::now();
@@ -922,6 +932,7 @@ async fn fairness(options: Arc<Options>) -> Result<()> {
         workers: options.workers,
         seconds: options.seconds,
         kill_every: None,
+        rounds: options.rounds,
         extra_env: options.extra_env.clone(),
     });
     let client = reqwest::Client::builder()
@@ -929,7 +940,7 @@ async fn fairness(options: Arc<Options>) -> Result<()> {
         .build()?;
     let mut server = Server::new(Arc::clone(&options))?;
     let run = setup(&options, &mut server, &client).await?;
-    let rounds = 20;
+    let rounds = options.rounds;
     let summary = |label: &str, (recalls, delays): (Vec<u32>, Vec<f64>)| {
         let mut sorted = recalls;
         sorted.sort_unstable();

@@ -308,6 +308,11 @@ impl MemoryStore for SqliteStore {
                 if ids.is_empty() && (tier != Tier::Semantic || erased.is_empty()) {
                     continue;
                 }
+                // A scope without an index in memory needs no delta: its next query builds
+                // one from the committed rows.
+                if !inner.vectors.wants_delta(tier, &scope) {
+                    continue;
+                }
                 match search::delta(connection, &scope, tier, &ids) {
                     Ok(mut delta) => {
                         if tier == Tier::Semantic {

@@ -391,6 +391,23 @@ impl VectorIndexes {
         outcome.map(|(shared, _)| shared)
     }
 
+    /// Whether a commit that changed a scope's rows in a tier must hand the index its
+    /// changed rows (an index is held). When not, a build under way is told not to
+    /// install what it read, in the same step.
+    pub fn wants_delta(&self, tier: Tier, scope: &Scope) -> bool {
+        let Ok(mut table) = self.table.lock() else {
+            return false;
+        };
+        match table.entries.get_mut(&key(tier, scope)) {
+            Some(entry) if entry.index.is_some() => true,
+            Some(entry) => {
+                entry.generation += 1;
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Takes a commit's changes to a scope's rows in a tier into its index, when one is
     /// built; a build under way is told not to install what it read.
     pub fn apply(&self, tier: Tier, scope: &Scope, delta: Delta) {
@@ -646,6 +663,28 @@ mod tests {
         indexes.apply(Tier::Semantic, &scope("never-queried"), Delta::default());
         assert_eq!(indexes.usage(), (0, 0));
         assert!(indexes.table.lock().expect("table").entries.is_empty());
+    }
+
+    #[test]
+    fn only_a_held_index_wants_deltas_and_a_build_under_way_is_stopped() {
+        let indexes = VectorIndexes::with_budget(usize::MAX);
+        let alice = scope("alice");
+        assert!(!indexes.wants_delta(Tier::Semantic, &alice));
+        indexes
+            .get_or_build(Tier::Semantic, &alice, || {
+                assert!(!indexes.wants_delta(Tier::Semantic, &alice), "nothing held yet");
+                built(5)
+            })
+            .expect("build");
+        assert_eq!(
+            indexes.usage(),
+            (0, 0),
+            "the change during the build stops its install"
+        );
+        indexes
+            .get_or_build(Tier::Semantic, &alice, || built(5))
+            .expect("build");
+        assert!(indexes.wants_delta(Tier::Semantic, &alice));
     }
 
     #[test]
