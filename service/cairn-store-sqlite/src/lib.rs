@@ -6,6 +6,7 @@
 //! the async executor.
 
 mod commit;
+mod cursor;
 mod rows;
 mod schema;
 mod search;
@@ -36,6 +37,8 @@ struct Inner {
     next_reader: AtomicUsize,
     path: PathBuf,
     vectors: vectors::VectorIndexes,
+    /// The secret page cursors are enciphered under (see `cursor.rs`).
+    cursor_key: [u8; 32],
 }
 
 /// The embedded backend. Cheap to clone; clones share connections.
@@ -71,6 +74,24 @@ impl SqliteStore {
                 [],
             )
             .map_err(storage)?;
+        // The secret page cursors are enciphered under: made once, kept in the file.
+        writer
+            .execute(
+                "INSERT OR IGNORE INTO schema_meta (key, value) VALUES ('cursor_key', hex(randomblob(32)))",
+                [],
+            )
+            .map_err(storage)?;
+        let stored: String = writer
+            .query_row(
+                "SELECT value FROM schema_meta WHERE key = 'cursor_key'",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(storage)?;
+        let cursor_key: [u8; 32] = hex::decode(&stored)
+            .ok()
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or_else(|| Error::Storage("schema_meta cursor_key is not 32 hex-encoded bytes".into()))?;
         let readers = (0..READER_CONNECTIONS)
             .map(|_| {
                 let reader = Connection::open(&path).map_err(storage)?;
@@ -85,6 +106,7 @@ impl SqliteStore {
                 next_reader: AtomicUsize::new(0),
                 path,
                 vectors: vectors::VectorIndexes::with_budget(budget),
+                cursor_key,
             }),
         })
     }
@@ -163,14 +185,11 @@ impl SqliteStore {
     }
 }
 
-/// Parses a cursor (the `seq` of the last item of the previous page).
-fn cursor_seq(page: &PageRequest) -> Result<i64> {
+/// The `seq` of the last item of the previous page, from its cursor.
+fn cursor_seq(key: &[u8; 32], scope: &Scope, page: &PageRequest) -> Result<i64> {
     match &page.cursor {
         None => Ok(i64::MAX),
-        Some(cursor) => cursor
-            .parse::<i64>()
-            .ok()
-            .filter(|seq| *seq > 0)
+        Some(text) => cursor::open(key, scope, text)
             .ok_or_else(|| Error::invalid("cursor", "is not a cursor this service issued")),
     }
 }
@@ -179,13 +198,14 @@ fn cursor_seq(page: &PageRequest) -> Result<i64> {
 /// are `(tenant, user, cursor, limit)` followed by `extra`.
 fn page_query<T>(
     connection: &Connection,
+    key: &[u8; 32],
     sql: &str,
     scope: &Scope,
     page: &PageRequest,
     extra: &[&dyn rusqlite::ToSql],
     map: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> Result<Page<T>> {
-    let cursor = cursor_seq(page)?;
+    let cursor = cursor_seq(key, scope, page)?;
     let limit = i64::try_from(page.limit.max(1)).unwrap_or(i64::MAX);
     let fetch = limit.saturating_add(1);
     let tenant = scope.tenant().as_str();
@@ -200,7 +220,7 @@ fn page_query<T>(
         if items.len() as i64 == limit {
             return Ok(Page {
                 items,
-                next_cursor: last_seq.map(|seq: i64| seq.to_string()),
+                next_cursor: last_seq.map(|seq: i64| cursor::seal(key, scope, seq)),
             });
         }
         last_seq = Some(row.get::<_, i64>(0).map_err(storage)?);
@@ -360,6 +380,7 @@ impl MemoryStore for SqliteStore {
     ) -> Result<Page<Fact>> {
         let scope = scope.clone();
         let page = page.clone();
+        let key = self.inner.cursor_key;
         self.read(move |connection| {
             let (condition, reads_as_of) = status_condition(status);
             let sql = format!(
@@ -369,7 +390,7 @@ impl MemoryStore for SqliteStore {
             );
             let as_of = micros(as_of);
             let extra: &[&dyn rusqlite::ToSql] = if reads_as_of { &[&as_of] } else { &[] };
-            page_query(connection, &sql, &scope, &page, extra, rows::fact)
+            page_query(connection, &key, &sql, &scope, &page, extra, rows::fact)
         })
         .await
     }
@@ -440,13 +461,14 @@ impl MemoryStore for SqliteStore {
     async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>> {
         let scope = scope.clone();
         let page = page.clone();
+        let key = self.inner.cursor_key;
         self.read(move |connection| {
             let sql = format!(
                 "SELECT {} FROM episodes e WHERE e.tenant = ?1 AND e.user_id = ?2 AND e.seq < ?3 \
                  ORDER BY e.seq DESC LIMIT ?4",
                 rows::EPISODE_COLUMNS
             );
-            page_query(connection, &sql, &scope, &page, &[], rows::episode)
+            page_query(connection, &key, &sql, &scope, &page, &[], rows::episode)
         })
         .await
     }
@@ -510,13 +532,14 @@ impl MemoryStore for SqliteStore {
     async fn list_playbooks(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Playbook>> {
         let scope = scope.clone();
         let page = page.clone();
+        let key = self.inner.cursor_key;
         self.read(move |connection| {
             let sql = format!(
                 "SELECT {} FROM playbooks p WHERE p.tenant = ?1 AND p.user_id = ?2 AND p.seq < ?3 \
                  ORDER BY p.seq DESC LIMIT ?4",
                 rows::PLAYBOOK_COLUMNS
             );
-            page_query(connection, &sql, &scope, &page, &[], rows::playbook)
+            page_query(connection, &key, &sql, &scope, &page, &[], rows::playbook)
         })
         .await
     }
@@ -599,13 +622,14 @@ impl MemoryStore for SqliteStore {
     async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
         let scope = scope.clone();
         let page = page.clone();
+        let key = self.inner.cursor_key;
         self.read(move |connection| {
             let sql = format!(
                 "SELECT {} FROM decisions WHERE tenant = ?1 AND user_id = ?2 AND seq < ?3 \
                  ORDER BY seq DESC LIMIT ?4",
                 rows::DECISION_COLUMNS
             );
-            page_query(connection, &sql, &scope, &page, &[], rows::decision)
+            page_query(connection, &key, &sql, &scope, &page, &[], rows::decision)
         })
         .await
     }
@@ -613,13 +637,14 @@ impl MemoryStore for SqliteStore {
     async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>> {
         let scope = scope.clone();
         let page = page.clone();
+        let key = self.inner.cursor_key;
         self.read(move |connection| {
             let sql = format!(
                 "SELECT {} FROM audit_events WHERE tenant = ?1 AND user_id = ?2 AND seq < ?3 \
                  ORDER BY seq DESC LIMIT ?4",
                 rows::AUDIT_COLUMNS
             );
-            page_query(connection, &sql, &scope, &page, &[], rows::audit_event)
+            page_query(connection, &key, &sql, &scope, &page, &[], rows::audit_event)
         })
         .await
     }

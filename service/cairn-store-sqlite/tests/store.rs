@@ -249,3 +249,83 @@ async fn current_facts_below_many_stale_matches_are_found() {
     search_after(100).await;
     search_after(5_000).await;
 }
+
+/// Rows are numbered across tenants; page cursors must not reveal that numbering (how
+/// many rows other tenants wrote between two pages), and one scope's cursor is refused
+/// in another.
+#[tokio::test]
+async fn page_cursors_reveal_nothing_of_other_scopes() {
+    use cairn_core::{Change, ChangeSet, Error, MemoryStore, PageRequest, StatusFilter};
+    let (store, _directory) = fresh_store();
+    let alice = cairn_store_tests::scope("acme", "alice");
+    let mallory = cairn_store_tests::scope("evil", "alice");
+    let event = |scope: &cairn_core::Scope| cairn_core::AuditEvent {
+        id: cairn_core::new_id("aud"),
+        at: chrono::Utc::now(),
+        subject: "test".into(),
+        tenant: scope.tenant().as_str().into(),
+        user: scope.user().as_str().into(),
+        action: "fact.create".into(),
+        target_ids: Vec::new(),
+        request_id: "req".into(),
+        detail: serde_json::Value::Null,
+    };
+    let write = |scope: cairn_core::Scope, text: String| {
+        let store = store.clone();
+        async move {
+            let fact = cairn_store_tests::fact(&text, chrono::Utc::now());
+            store
+                .commit(
+                    &scope,
+                    ChangeSet::new(event(&scope)).with(Change::InsertFact(fact)),
+                )
+                .await
+                .expect("write");
+        }
+    };
+    write(alice.clone(), "first".into()).await;
+    for index in 0..50 {
+        write(mallory.clone(), format!("noise {index}")).await;
+    }
+    write(alice.clone(), "second".into()).await;
+    write(alice.clone(), "third".into()).await;
+    let page = |cursor: Option<String>| PageRequest { limit: 1, cursor };
+    let mut cursors = Vec::new();
+    let mut texts = Vec::new();
+    let mut cursor = None;
+    loop {
+        let listed = store
+            .list_facts(
+                &alice,
+                StatusFilter::All,
+                chrono::Utc::now(),
+                &page(cursor.clone()),
+            )
+            .await
+            .expect("page");
+        texts.extend(listed.items.iter().map(|fact| fact.text.clone()));
+        match listed.next_cursor {
+            Some(next) => {
+                cursors.push(next.clone());
+                cursor = Some(next);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(texts, ["third", "second", "first"]);
+    for cursor in &cursors {
+        assert!(cursor.parse::<i64>().is_err(), "not a row number: {cursor}");
+        match store
+            .list_facts(
+                &mallory,
+                StatusFilter::All,
+                chrono::Utc::now(),
+                &page(Some(cursor.clone())),
+            )
+            .await
+        {
+            Err(Error::Invalid { field, .. }) => assert_eq!(field, "cursor"),
+            other => panic!("another scope's cursor was accepted: {other:?}"),
+        }
+    }
+}
