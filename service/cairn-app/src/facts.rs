@@ -58,6 +58,16 @@ impl Cairn {
         context: &RequestContext,
         input: FactInput,
     ) -> Result<FactWriteOutcome> {
+        self.write_fact_once(scope, context, input, false).await
+    }
+
+    async fn write_fact_once(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        input: FactInput,
+        retried: bool,
+    ) -> Result<FactWriteOutcome> {
         let text = validate::text("text", &input.text, self.settings.max_text_chars)?;
         let confidence = validate::confidence(input.confidence)?;
         validate::interval(input.valid_from, input.valid_to)?;
@@ -266,14 +276,30 @@ impl Cairn {
         let mut target_ids = vec![fact.id.clone()];
         target_ids.extend(input.supersedes.iter().cloned());
         let event = audit_event(scope, context, action, target_ids, serde_json::Value::Null);
-        // The new fact goes in after retiring the old one and lifting any tombstone.
+        // The new fact goes in after retiring the old one and lifting any tombstone. A
+        // plain write also requires, inside the commit, that no identical value became
+        // active meanwhile: of two identical writes racing, the second is a duplicate.
+        let racing_duplicate = input.supersedes.is_none();
+        if racing_duplicate {
+            changes.push(Change::RequireNoActiveValue {
+                fingerprint: value_fingerprint.clone(),
+            });
+        }
         changes.push(Change::InsertFact(fact.clone()));
         let mut change_set = ChangeSet::new(event);
         change_set.changes = changes;
         change_set.decisions = decisions;
         change_set.decisions.push(main_decision.clone());
         change_set.audit.extend(lift_event);
-        self.store.commit(scope, change_set).await?;
+        match self.store.commit(scope, change_set).await {
+            Err(Error::Conflict {
+                code: "duplicate", ..
+            }) if racing_duplicate && !retried => {
+                // Written again, the duplicate gate now finds the value and says so.
+                return Box::pin(self.write_fact_once(scope, context, input, true)).await;
+            }
+            other => other?,
+        }
         Ok(FactWriteOutcome {
             fact,
             decision: main_decision,

@@ -62,6 +62,14 @@ impl Error {
         }
     }
 
+    /// An active fact of the scope already holds the value being written.
+    pub fn duplicate() -> Self {
+        Error::Conflict {
+            code: "duplicate",
+            message: "an active fact with the same normalized text exists".into(),
+        }
+    }
+
     pub fn not_active(what: &str) -> Self {
         Error::Conflict {
             code: "not_active",

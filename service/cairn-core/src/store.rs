@@ -94,6 +94,11 @@ pub enum Change {
     /// conflict `evidence_erased`). What was derived from episodes commits only while
     /// they exist, so nothing derived can be written after the scope is erased.
     RequireEpisodes(Vec<String>),
+    /// Precondition only: no active fact of the scope has this value fingerprint (else
+    /// the conflict `duplicate`), so of two identical writes racing, one is a duplicate.
+    RequireNoActiveValue {
+        fingerprint: String,
+    },
     /// Moves the scope's consolidation watermark. Precondition: it is still at
     /// `expected` (else `watermark_moved`), so two runs can never both apply a batch.
     MoveWatermark {

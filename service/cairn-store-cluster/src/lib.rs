@@ -609,6 +609,15 @@ impl ClusterStore {
                 Change::RequireEpisodes(episode_ids) => {
                     self.require_episodes(scope, episode_ids).await?;
                 }
+                Change::RequireNoActiveValue { fingerprint } => {
+                    if !self
+                        .find_active_facts_by_fingerprint(scope, fingerprint)
+                        .await?
+                        .is_empty()
+                    {
+                        return Err(Error::duplicate());
+                    }
+                }
                 Change::RetryJob { job_id, at } => {
                     let doc = self
                         .owned(scope, "jobs", job_id)
@@ -904,6 +913,7 @@ impl MemoryStore for ClusterStore {
                 | Change::RetractFact { .. }
                 | Change::LiftTombstone { .. }
                 | Change::RequireEpisodes(_)
+                | Change::RequireNoActiveValue { .. }
                 | Change::RetryJob { .. }
                 | Change::MoveWatermark { .. } => {}
             }

@@ -202,6 +202,22 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
             }
         }
         Change::RequireEpisodes(episode_ids) => require_episodes(transaction, scope, episode_ids),
+        Change::RequireNoActiveValue { fingerprint } => {
+            let taken = transaction
+                .prepare_cached(
+                    "SELECT 1 FROM facts WHERE tenant = ?1 AND user_id = ?2 AND fingerprint = ?3 \
+                     AND status = 'active'",
+                )
+                .and_then(|mut statement| {
+                    statement.exists(params![
+                        scope.tenant().as_str(),
+                        scope.user().as_str(),
+                        fingerprint
+                    ])
+                })
+                .map_err(storage)?;
+            if taken { Err(Error::duplicate()) } else { Ok(()) }
+        }
         Change::MoveWatermark { expected, to } => move_watermark(transaction, scope, *expected, *to),
     }
 }

@@ -295,6 +295,7 @@ fn rows_changed_in(change_set: &ChangeSet, tier: Tier) -> Vec<&str> {
             | Change::CompleteJobs(_)
             | Change::RetryJob { .. }
             | Change::RequireEpisodes(_)
+            | Change::RequireNoActiveValue { .. }
             | Change::MoveWatermark { .. } => {}
         }
     }

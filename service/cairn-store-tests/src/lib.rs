@@ -40,6 +40,7 @@ macro_rules! conformance_suite {
             no_read_crosses_a_scope,
             audit_keys_belong_to_their_scope_and_die_with_it,
             whole_set_reads_are_never_cut_short,
+            an_active_value_is_held_once,
             jobs_are_durable_leased_and_scoped,
             tenants_take_turns_and_dead_letters_wait_for_a_retry,
         );
@@ -1945,6 +1946,41 @@ pub async fn whole_set_reads_are_never_cut_short(store: Arc<dyn MemoryStore>) {
     }
     store.commit(&alice, jobs).await.expect("jobs");
     assert_eq!(store.pending_jobs(&alice).await.expect("jobs").len(), 1_001);
+}
+
+/// A write that requires its value not to be active fails as a `duplicate` once an
+/// identical fact is active, and passes again when that fact is no longer active.
+pub async fn an_active_value_is_held_once(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let at = Utc::now() - Duration::minutes(1);
+    let unique = |scope: &Scope, fact: &Fact| {
+        ChangeSet::new(audit(scope, "fact.create"))
+            .with(Change::RequireNoActiveValue {
+                fingerprint: fingerprint(&fact.text),
+            })
+            .with(Change::InsertFact(fact.clone()))
+    };
+    let first = fact("The user plays the oboe", at);
+    store.commit(&alice, unique(&alice, &first)).await.expect("first");
+    let second = fact("the user plays the OBOE!", at);
+    match store.commit(&alice, unique(&alice, &second)).await {
+        Err(Error::Conflict { code, .. }) => assert_eq!(code, "duplicate"),
+        other => panic!("expected duplicate, got {other:?}"),
+    }
+    store
+        .commit(&bob, unique(&bob, &fact("the user plays the OBOE!", at)))
+        .await
+        .expect("another scope's value is no duplicate");
+    let replacement = fact("The user plays the bassoon", at + Duration::seconds(1));
+    store
+        .commit(&alice, supersede(&alice, &first, &replacement))
+        .await
+        .expect("supersede");
+    store
+        .commit(&alice, unique(&alice, &fact("The user plays the oboe", at)))
+        .await
+        .expect("a value no longer active may be written again");
 }
 
 #[cfg(test)]
