@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 const SECRET: &str = "load-tool-secret-load-tool-secret-0123456789";
 
+#[derive(Clone)]
 struct Options {
     mode: String,
     bin: PathBuf,
@@ -297,6 +298,16 @@ fn marker(tenant: usize, user: usize) -> String {
     value
 }
 
+/// A fact only the tool writes (no ingested message mentions lockers), so consolidation
+/// never touches it: its supersessions, retractions and forgets are the tool's alone.
+fn locker_code(scope: &Scope, rng: &mut Rng) -> String {
+    format!(
+        "The user's {} locker code is {}",
+        scope.marker,
+        rng.below(1_000_000)
+    )
+}
+
 impl Run {
     async fn call(
         &self,
@@ -434,11 +445,7 @@ impl Run {
             (!state.active.is_empty()).then(|| state.active[rng.below(state.active.len())].clone())
         };
         if roll < 35 || state.active.is_empty() {
-            let text = format!(
-                "The user's {} locker code is {}",
-                scope.marker,
-                rng.below(1_000_000)
-            );
+            let text = locker_code(scope, rng);
             if let Some((201, body)) = self
                 .call(
                     "fact_write",
@@ -455,11 +462,7 @@ impl Run {
             }
         } else if roll < 60 {
             let Some(old) = pick(&state, rng) else { return };
-            let text = format!(
-                "The user's {} locker code is {}",
-                scope.marker,
-                rng.below(1_000_000)
-            );
+            let text = locker_code(scope, rng);
             if let Some((201, body)) = self
                 .call(
                     "supersede",
@@ -924,16 +927,10 @@ async fn steady_tenant(run: Arc<Run>, scope_index: usize, rounds: usize) -> (Vec
 
 async fn fairness(options: Arc<Options>) -> Result<()> {
     let options = Arc::new(Options {
-        mode: options.mode.clone(),
-        bin: options.bin.clone(),
-        data_dir: options.data_dir.clone(),
         tenants: 2,
         users: 1,
-        workers: options.workers,
-        seconds: options.seconds,
         kill_every: None,
-        rounds: options.rounds,
-        extra_env: options.extra_env.clone(),
+        ..Options::clone(&options)
     });
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))

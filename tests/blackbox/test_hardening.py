@@ -1,6 +1,7 @@
 """Regression tests for defects found by an adversarial review, against the real binary
 on the embedded store and, when CAIRN_TEST_OPENSEARCH_URL is set, on OpenSearch."""
 
+import contextlib
 import os
 import threading
 import time
@@ -16,24 +17,32 @@ REQUIRED = [name.strip() for name in os.environ.get("CAIRN_TEST_BACKENDS", "").s
 BACKENDS = ["embedded", "opensearch"]
 
 
-def backend_env(backend):
-    """The environment that puts a server on `backend`, and a clean-up callable."""
-    if backend == "embedded":
-        return {}, lambda: None
-    if not OPENSEARCH:
-        if "opensearch" in REQUIRED:
-            pytest.fail("CAIRN_TEST_BACKENDS requires opensearch, but CAIRN_TEST_OPENSEARCH_URL is not set")
-        pytest.skip("CAIRN_TEST_OPENSEARCH_URL is not set")
-    prefix = f"cairn-bb-{uuid.uuid4().hex[:12]}"
-
-    def clean():
-        request = urllib.request.Request(f"{OPENSEARCH}/{prefix}-*", method="DELETE")
-        try:
-            urllib.request.urlopen(request, timeout=30).read()
-        except OSError:
-            pass
-
-    return {"CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": OPENSEARCH, "CAIRN_INDEX_PREFIX": prefix}, clean
+@contextlib.contextmanager
+def served(make_server, data_dir, backend, extra_env=None):
+    """A ready server on `backend` and an admin token of tenant acme; the server is
+    stopped and its indices deleted afterwards."""
+    env = dict(extra_env or {})
+    prefix = None
+    if backend == "opensearch":
+        if not OPENSEARCH:
+            if "opensearch" in REQUIRED:
+                pytest.fail("CAIRN_TEST_BACKENDS requires opensearch, but CAIRN_TEST_OPENSEARCH_URL is not set")
+            pytest.skip("CAIRN_TEST_OPENSEARCH_URL is not set")
+        prefix = f"cairn-bb-{uuid.uuid4().hex[:12]}"
+        env.update({"CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": OPENSEARCH, "CAIRN_INDEX_PREFIX": prefix})
+    server = make_server(data_dir, env).start()
+    try:
+        token = server.mint("acme")
+        ready(server)
+        yield server, token
+    finally:
+        server.stop()
+        if prefix:
+            request = urllib.request.Request(f"{OPENSEARCH}/{prefix}-*", method="DELETE")
+            try:
+                urllib.request.urlopen(request, timeout=30).read()
+            except OSError:
+                pass
 
 
 def ready(server):
@@ -70,13 +79,9 @@ def run_and_erase(server, token, user, delay):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_erasure_during_a_held_up_consolidation_leaves_nothing(make_server, tmp_path, fake_llm, backend):
-    env, clean = backend_env(backend)
-    env.update({"CAIRN_LLM_KIND": "openai", "CAIRN_LLM_BASE_URL": fake_llm.url, "CAIRN_LLM_MODEL": "scripted",
-                "CAIRN_LLM_TIMEOUT_MS": "30000"})
-    server = make_server(tmp_path / "held", env).start()
-    token = server.mint("acme")
-    try:
-        ready(server)
+    env = {"CAIRN_LLM_KIND": "openai", "CAIRN_LLM_BASE_URL": fake_llm.url, "CAIRN_LLM_MODEL": "scripted",
+           "CAIRN_LLM_TIMEOUT_MS": "30000"}
+    with served(make_server, tmp_path / "held", backend, env) as (server, token):
         said = [f"I love the village number {index}" for index in range(20)]
         ingest = server.call("POST", "/v1/users/eve/episodes", token,
                              {"messages": [{"role": "user", "content": text} for text in said],
@@ -90,9 +95,6 @@ def test_erasure_during_a_held_up_consolidation_leaves_nothing(make_server, tmp_
         assert run.status == 409 and run.json()["error"]["code"] == "scope_erased", run.body
         time.sleep(2.0)
         assert nothing_left(server, token, "eve") == ([], [], [])
-    finally:
-        server.stop()
-        clean()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -100,11 +102,7 @@ def test_erasure_racing_an_offline_consolidation_leaves_nothing(make_server, tmp
     """The review's reproduction: 20 first-person messages, a run, an erasure a few
     milliseconds later; at several offsets so the erasure lands before, during and
     after the run's commit."""
-    env, clean = backend_env(backend)
-    server = make_server(tmp_path / "offline", env).start()
-    token = server.mint("acme")
-    try:
-        ready(server)
+    with served(make_server, tmp_path / "offline", backend) as (server, token):
         for round_, delay in enumerate([0.0, 0.005, 0.02, 0.05, 0.1, 0.2]):
             user = f"eve{round_}"
             said = [f"I love the town number {index} of round {round_}" for index in range(20)]
@@ -119,18 +117,11 @@ def test_erasure_racing_an_offline_consolidation_leaves_nothing(make_server, tmp
             assert run.status in (200, 409), run.body
             facts, decisions, hits = nothing_left(server, token, user)
             assert (facts, decisions, hits) == ([], [], []), (delay, receipt, run.body, facts[:2])
-    finally:
-        server.stop()
-        clean()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_recall_cannot_multiply_its_work_by_repeating_a_tier(make_server, tmp_path, backend):
-    env, clean = backend_env(backend)
-    server = make_server(tmp_path / "tiers", env).start()
-    token = server.mint("acme")
-    try:
-        ready(server)
+    with served(make_server, tmp_path / "tiers", backend) as (server, token):
         assert server.call("POST", "/v1/users/ada/facts", token, {"text": "The user drinks green tea"}).status == 201
         # About 85,000 copies fit in the default 1 MiB body (as sent here).
         flood = server.call("POST", "/v1/users/ada/recall", token,
@@ -141,18 +132,11 @@ def test_a_recall_cannot_multiply_its_work_by_repeating_a_tier(make_server, tmp_
         twice = server.call("POST", "/v1/users/ada/recall", token,
                             {"query": "tea", "tiers": ["semantic", "semantic"]}).json()
         assert [hit["id"] for hit in once["hits"]] == [hit["id"] for hit in twice["hits"]] != []
-    finally:
-        server.stop()
-        clean()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_tombstone_is_lifted_only_by_a_newer_restatement(make_server, tmp_path, backend):
-    env, clean = backend_env(backend)
-    server = make_server(tmp_path / "reassert", env).start()
-    token = server.mint("acme")
-    try:
-        ready(server)
+    with served(make_server, tmp_path / "reassert", backend) as (server, token):
         said = server.call("POST", "/v1/users/bo/episodes", token,
                            {"messages": [{"role": "user", "content": "I am allergic to cats"}], "consolidate": "none"})
         assert said.status == 201, said.body
@@ -180,6 +164,3 @@ def test_a_tombstone_is_lifted_only_by_a_newer_restatement(make_server, tmp_path
         trail = server.call("GET", "/v1/users/bo/audit?limit=100", token).json()["items"]
         actions = [event["action"] for event in trail]
         assert "tombstone.lift" in actions and actions.count("fact.write_refused") == 3, actions
-    finally:
-        server.stop()
-        clean()

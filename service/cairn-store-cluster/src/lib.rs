@@ -433,32 +433,43 @@ impl ClusterStore {
         self.get("state", &state_id(scope), scope.tenant().as_str()).await
     }
 
-    /// Reserves `count` positions in the scope's episode log (compare-and-set on the
-    /// scope's state document, retried on conflict).
-    async fn allocate_positions(&self, scope: &Scope, count: u64) -> Result<u64> {
+    /// Changes the scope's state document by compare-and-set, retried on conflict.
+    /// `edit` gets the current document (a fresh one when the scope has none) and says
+    /// what to answer: after editing it (`Write`), or with nothing to write (`Keep`).
+    async fn edit_state<T>(
+        &self,
+        scope: &Scope,
+        what: &str,
+        mut edit: impl FnMut(&mut Value) -> Result<StateEdit<T>>,
+    ) -> Result<T> {
         for _ in 0..50 {
-            let current = self.state(scope).await?;
-            let (mut state, version) = match current {
+            let (mut state, version) = match self.state(scope).await? {
                 Some(doc) => (doc.source, Some((doc.seq_no, doc.primary_term))),
-                None => (
-                    json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope),
-                            "watermark": 0, "allocated": 0 }),
-                    None,
-                ),
+                None => (fresh_state(scope), None),
             };
+            let answer = match edit(&mut state)? {
+                StateEdit::Keep(answer) => return Ok(answer),
+                StateEdit::Write(answer) => answer,
+            };
+            let written = self
+                .write_if("state", &state_id(scope), scope.tenant().as_str(), state, version)
+                .await?;
+            if written.ok() {
+                return Ok(answer);
+            }
+        }
+        Err(Error::Unavailable(format!("{what}: too much contention")))
+    }
+
+    /// Reserves `count` positions in the scope's episode log.
+    async fn allocate_positions(&self, scope: &Scope, count: u64) -> Result<u64> {
+        self.edit_state(scope, "episode positions", |state| {
             let first = state["allocated"].as_u64().unwrap_or(0) + 1;
             state["allocated"] = json!(first + count - 1);
             state["allocated_at"] = json!(docs::micros(Utc::now()));
-            let answer = self
-                .write_if("state", &state_id(scope), scope.tenant().as_str(), state, version)
-                .await?;
-            if answer.ok() {
-                return Ok(first);
-            }
-        }
-        Err(Error::Unavailable(
-            "episode positions: too much contention".into(),
-        ))
+            Ok(StateEdit::Write(first))
+        })
+        .await
     }
 
     /// Reads and checks every precondition of the change set; returns the conditional
@@ -595,9 +606,9 @@ impl ClusterStore {
                             ),
                         });
                     }
-                    let mut after = doc.as_ref().map(|doc| doc.source.clone()).unwrap_or_else(
-                        || json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope), "allocated": 0 }),
-                    );
+                    let mut after = doc
+                        .as_ref()
+                        .map_or_else(|| fresh_state(scope), |doc| doc.source.clone());
                     after["watermark"] = json!(to);
                     updates.push(Update {
                         index: "state",
@@ -782,6 +793,18 @@ impl ClusterStore {
             removed += found.len() as u64;
         }
     }
+}
+
+/// What an edit of a scope's state document answers, and whether it must be written.
+enum StateEdit<T> {
+    Write(T),
+    Keep(T),
+}
+
+/// The state document of a scope that has none yet.
+fn fresh_state(scope: &Scope) -> Value {
+    json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope),
+            "watermark": 0, "allocated": 0 })
 }
 
 /// A position as the `long` field stores it: past its range, the largest it can hold
@@ -1238,30 +1261,17 @@ impl MemoryStore for ClusterStore {
         self.ready()?;
         use base64::Engine as _;
         let codec = base64::engine::general_purpose::STANDARD;
-        for _ in 0..50 {
-            let current = self.state(scope).await?;
-            if let Some(key) = current.as_ref().and_then(|doc| doc.source["audit_key"].as_str()) {
-                return codec
-                    .decode(key)
-                    .map_err(|error| Error::Storage(format!("state audit_key: {error}")));
+        self.edit_state(scope, "audit key", |state| match state["audit_key"].as_str() {
+            Some(key) => codec
+                .decode(key)
+                .map(StateEdit::Keep)
+                .map_err(|error| Error::Storage(format!("state audit_key: {error}"))),
+            None => {
+                state["audit_key"] = json!(codec.encode(candidate));
+                Ok(StateEdit::Write(candidate.to_vec()))
             }
-            let (mut state, version) = match current {
-                Some(doc) => (doc.source, Some((doc.seq_no, doc.primary_term))),
-                None => (
-                    json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope),
-                            "watermark": 0, "allocated": 0 }),
-                    None,
-                ),
-            };
-            state["audit_key"] = json!(codec.encode(candidate));
-            let answer = self
-                .write_if("state", &state_id(scope), scope.tenant().as_str(), state, version)
-                .await?;
-            if answer.ok() {
-                return Ok(candidate.to_vec());
-            }
-        }
-        Err(Error::Unavailable("audit key: too much contention".into()))
+        })
+        .await
     }
 
     async fn watermark(&self, scope: &Scope) -> Result<u64> {

@@ -129,11 +129,7 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
                     ],
                 )
                 .map_err(storage)?;
-            if updated == 1 {
-                Ok(())
-            } else {
-                Err(Error::NotFound { what: "tombstone" })
-            }
+            one_row(updated, "tombstone")
         }
         Change::InsertPlaybook(playbook) => insert_playbook(transaction, scope, playbook).map_err(storage),
         Change::AppendPlaybookVersion {
@@ -164,11 +160,7 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
                     ],
                 )
                 .map_err(storage)?;
-            if updated == 1 {
-                Ok(())
-            } else {
-                Err(Error::NotFound { what: "playbook" })
-            }
+            one_row(updated, "playbook")
         }
         Change::EnqueueJob(job) => insert_job(transaction, scope, job).map_err(storage),
         Change::CompleteJobs(job_ids) => {
@@ -195,11 +187,7 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
                     ],
                 )
                 .map_err(storage)?;
-            if updated == 1 {
-                Ok(())
-            } else {
-                Err(Error::NotFound { what: "job" })
-            }
+            one_row(updated, "job")
         }
         Change::RequireEpisodes(episode_ids) => require_episodes(transaction, scope, episode_ids),
         Change::RequireNoActiveValue { fingerprint } => {
@@ -240,6 +228,15 @@ fn require_episodes(transaction: &Transaction<'_>, scope: &Scope, episode_ids: &
         }
     }
     Ok(())
+}
+
+/// An update of one record by id in the scope: `NotFound` unless it changed exactly one row.
+fn one_row(updated: usize, what: &'static str) -> Result<()> {
+    if updated == 1 {
+        Ok(())
+    } else {
+        Err(Error::NotFound { what })
+    }
 }
 
 fn insert_job(transaction: &Transaction<'_>, scope: &Scope, job: &ConsolidationJob) -> rusqlite::Result<()> {

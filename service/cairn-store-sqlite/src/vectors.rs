@@ -110,6 +110,12 @@ pub struct ScopeIndex {
     codes: Vec<i8>,
     scales: Vec<f32>,
     dead: usize,
+    /// Bytes of the rows' session ids (kept as rows change, so measuring is O(1)).
+    session_bytes: usize,
+}
+
+fn session_len(row: &Currency) -> usize {
+    row.session.as_ref().map_or(0, |session| session.len())
 }
 
 /// A removed row: known from the end of time, so no condition admits it.
@@ -123,6 +129,7 @@ impl ScopeIndex {
             codes: Vec::new(),
             scales: Vec::new(),
             dead: 0,
+            session_bytes: 0,
         }
     }
 
@@ -134,11 +141,13 @@ impl ScopeIndex {
             return;
         }
         let quantised = Quantised::new(vector);
+        self.session_bytes += session_len(&currency);
         let at = self.rows.partition_point(|row| row.seq < currency.seq);
         if self.rows.get(at).is_some_and(|row| row.seq == currency.seq) {
             if self.rows[at].known_from == DEAD {
                 self.dead -= 1;
             }
+            self.session_bytes -= session_len(&self.rows[at]);
             self.rows[at] = currency;
             self.codes[at * self.dimension..(at + 1) * self.dimension].copy_from_slice(&quantised.codes);
             self.scales[at] = quantised.scale;
@@ -161,6 +170,7 @@ impl ScopeIndex {
             && row.seq == seq
             && row.known_from != DEAD
         {
+            self.session_bytes -= session_len(row);
             row.known_from = DEAD;
             row.session = None;
             self.dead += 1;
@@ -184,15 +194,10 @@ impl ScopeIndex {
 
     /// Approximate heap bytes held.
     pub fn bytes(&self) -> usize {
-        let sessions: usize = self
-            .rows
-            .iter()
-            .filter_map(|row| row.session.as_ref().map(|session| session.len()))
-            .sum();
         self.rows.capacity() * std::mem::size_of::<Currency>()
             + self.codes.capacity()
             + self.scales.capacity() * std::mem::size_of::<f32>()
-            + sessions
+            + self.session_bytes
     }
 
     /// The `count` admitted rows with the highest approximate similarity to `query`, best
@@ -236,6 +241,7 @@ type Key = (Tier, String, String);
 /// A built index, shared by the queries reading it and the commits updating it.
 pub type SharedIndex = Arc<RwLock<ScopeIndex>>;
 
+#[derive(Default)]
 struct Entry {
     /// Bumped whenever the rows change without the index taking the change in, so a
     /// build that read the rows before does not install what it read.
@@ -246,18 +252,6 @@ struct Entry {
     /// What the index held when last measured.
     bytes: usize,
     last_used: u64,
-}
-
-impl Entry {
-    fn empty() -> Self {
-        Entry {
-            generation: 0,
-            building: 0,
-            index: None,
-            bytes: 0,
-            last_used: 0,
-        }
-    }
 }
 
 #[derive(Default)]
@@ -348,7 +342,7 @@ impl VectorIndexes {
         let generation = match self.table.lock() {
             Ok(mut table) => {
                 let now = table.tick();
-                let entry = table.entries.entry(key.clone()).or_insert_with(Entry::empty);
+                let entry = table.entries.entry(key.clone()).or_default();
                 if let Some(index) = &entry.index {
                     entry.last_used = now;
                     return Ok(Arc::clone(index));
@@ -561,6 +555,25 @@ mod tests {
             9,
             "a vector of another dimension takes the row out"
         );
+    }
+
+    #[test]
+    fn the_session_bytes_follow_replacements_and_removals() {
+        let mut index = ScopeIndex::new(2);
+        let with_session = |seq, session: &str| Currency {
+            session: Some(session.into()),
+            ..row(seq)
+        };
+        let counted = |index: &ScopeIndex| -> usize { index.rows.iter().map(session_len).sum() };
+        index.push(with_session(1, "morning"), &[1.0, 0.0]);
+        index.push(with_session(2, "evening"), &[0.0, 1.0]);
+        index.push(with_session(1, "noon"), &[1.0, 0.0]);
+        assert_eq!((index.session_bytes, counted(&index)), (11, 11));
+        index.remove(2);
+        index.remove(2);
+        assert_eq!((index.session_bytes, counted(&index)), (4, 4));
+        index.push(with_session(2, "night"), &[0.0, 1.0, 0.0]);
+        assert_eq!((index.session_bytes, counted(&index)), (4, 4));
     }
 
     #[allow(clippy::disallowed_methods)]

@@ -19,17 +19,7 @@ async fn data_survives_reopening() {
     let record = cairn_store_tests::fact("The user speaks Welsh", chrono::Utc::now());
     {
         let store = SqliteStore::open(directory.path()).expect("open");
-        let event = cairn_core::AuditEvent {
-            id: cairn_core::new_id("aud"),
-            at: chrono::Utc::now(),
-            subject: "test".into(),
-            tenant: "acme".into(),
-            user: "alice".into(),
-            action: "fact.create".into(),
-            target_ids: vec![record.id.clone()],
-            request_id: "req".into(),
-            detail: serde_json::Value::Null,
-        };
+        let event = cairn_store_tests::audit(&scope, "fact.create");
         store
             .commit(
                 &scope,
@@ -55,17 +45,7 @@ async fn erased_text_leaves_the_database_and_its_log() {
         &format!("The user's passphrase hint is {secret}"),
         chrono::Utc::now(),
     );
-    let event = |action: &str| cairn_core::AuditEvent {
-        id: cairn_core::new_id("aud"),
-        at: chrono::Utc::now(),
-        subject: "test".into(),
-        tenant: "acme".into(),
-        user: "alice".into(),
-        action: action.into(),
-        target_ids: Vec::new(),
-        request_id: "req".into(),
-        detail: serde_json::Value::Null,
-    };
+    let event = |action: &str| cairn_store_tests::audit(&scope, action);
     store
         .commit(
             &scope,
@@ -111,17 +91,7 @@ async fn upgrading_from_version_2_indexes_episode_context() {
     );
     {
         let store = SqliteStore::open(directory.path()).expect("open");
-        let event = cairn_core::AuditEvent {
-            id: cairn_core::new_id("aud"),
-            at: now,
-            subject: "test".into(),
-            tenant: "acme".into(),
-            user: "alice".into(),
-            action: "episode.ingest".into(),
-            target_ids: Vec::new(),
-            request_id: "req".into(),
-            detail: serde_json::Value::Null,
-        };
+        let event = cairn_store_tests::audit(&scope, "episode.ingest");
         store
             .commit(
                 &scope,
@@ -192,17 +162,7 @@ async fn current_facts_below_many_stale_matches_are_found() {
     let (store, _directory) = fresh_store();
     let scope = cairn_store_tests::scope("acme", "alice");
     let now = chrono::Utc::now();
-    let audit = || cairn_core::AuditEvent {
-        id: cairn_core::new_id("aud"),
-        at: now,
-        subject: "test".into(),
-        tenant: "acme".into(),
-        user: "alice".into(),
-        action: "fact.create".into(),
-        target_ids: Vec::new(),
-        request_id: "req".into(),
-        detail: serde_json::Value::Null,
-    };
+    let audit = || cairn_store_tests::audit(&scope, "fact.create");
     let current: Vec<cairn_core::Fact> = ["The user drinks tea with lemon", "The user buys tea in bulk"]
         .iter()
         .map(|text| cairn_store_tests::fact(text, now - chrono::Duration::hours(1)))
@@ -259,17 +219,7 @@ async fn page_cursors_reveal_nothing_of_other_scopes() {
     let (store, _directory) = fresh_store();
     let alice = cairn_store_tests::scope("acme", "alice");
     let mallory = cairn_store_tests::scope("evil", "alice");
-    let event = |scope: &cairn_core::Scope| cairn_core::AuditEvent {
-        id: cairn_core::new_id("aud"),
-        at: chrono::Utc::now(),
-        subject: "test".into(),
-        tenant: scope.tenant().as_str().into(),
-        user: scope.user().as_str().into(),
-        action: "fact.create".into(),
-        target_ids: Vec::new(),
-        request_id: "req".into(),
-        detail: serde_json::Value::Null,
-    };
+    let event = |scope: &cairn_core::Scope| cairn_store_tests::audit(scope, "fact.create");
     let write = |scope: cairn_core::Scope, text: String| {
         let store = store.clone();
         async move {

@@ -67,7 +67,8 @@ pub fn scope(tenant: &str, user: &str) -> Scope {
         .expect("valid scope")
 }
 
-fn audit(scope: &Scope, action: &str) -> AuditEvent {
+/// An audit event of `scope`, as a change set needs one.
+pub fn audit(scope: &Scope, action: &str) -> AuditEvent {
     AuditEvent {
         id: new_id("aud"),
         at: Utc::now(),
