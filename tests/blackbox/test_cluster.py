@@ -58,9 +58,9 @@ def test_bootstrap_is_idempotent_and_refuses_a_wrong_mapping(tmp_path):
     try:
         first = cli(env, "bootstrap")
         assert first.returncode == 0, first.stderr
-        assert "10 indices created" in first.stdout, first.stdout
+        assert "11 indices created" in first.stdout, first.stdout
         second = cli(env, "bootstrap")
-        assert second.returncode == 0 and "0 indices created, 10 already in place" in second.stdout, second.stdout
+        assert second.returncode == 0 and "0 indices created, 11 already in place" in second.stdout, second.stdout
     finally:
         http("DELETE", f"{MAIN}/{prefix}-*")
 

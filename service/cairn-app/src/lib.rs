@@ -7,6 +7,7 @@ mod facts;
 mod playbooks;
 mod profile;
 mod recall;
+mod usage;
 mod validate;
 
 pub use consolidation::{
@@ -18,6 +19,7 @@ pub use facts::{Contradiction, FactInput, FactWriteOutcome};
 pub use playbooks::{PlaybookInput, PlaybookVersionInput};
 pub use profile::{Profile, ProfileRequest};
 pub use recall::{Explanation, Priors, RecallHit, RecallRequest, RecallResult, rrf};
+pub use usage::UsageLog;
 
 use cairn_core::{
     AuditEvent, Decision, DecisionKind, Embedder, ErasureReceipt, MemoryStore, Page, PageRequest, Reranker,
@@ -61,7 +63,8 @@ pub struct Settings {
     pub rerank_candidates: usize,
     /// Recency, usage and confidence multipliers on fused scores (off by default).
     pub priors: Priors,
-    /// Whether recall marks returned facts and playbooks as used.
+    /// Whether recall counts returned facts and playbooks as used (in memory, written in
+    /// batches by [`Cairn::flush_usage`]).
     pub bump_usage_on_recall: bool,
     pub consolidation: ConsolidationSettings,
 }
@@ -102,6 +105,8 @@ pub struct Cairn {
     reranker: Option<Arc<dyn Reranker>>,
     consolidator: Consolidator,
     settings: Settings,
+    /// Uses noted by recalls, written in batches by [`Cairn::flush_usage`].
+    usage: Arc<UsageLog>,
 }
 
 impl Cairn {
@@ -114,6 +119,7 @@ impl Cairn {
             reranker: None,
             consolidator: Consolidator::default(),
             settings,
+            usage: Arc::default(),
         }
     }
 
@@ -182,6 +188,7 @@ impl Cairn {
         // written after the receipt (the store's evidence precondition covers runs in
         // other processes).
         let _runs_excluded = self.consolidator.exclude_runs(scope).await?;
+        self.usage.forget(scope);
         let event = audit_event(scope, context, "user.erase", Vec::new(), serde_json::Value::Null);
         let receipt = self.store.erase_scope(scope, event).await?;
         tracing::info!(

@@ -360,7 +360,7 @@ impl Cairn {
                 .filter(|hit| matches!(hit.memory, Memory::Fact(_) | Memory::Playbook(_)))
                 .map(|hit| hit.memory.id().to_owned())
                 .collect();
-            self.store.record_usage(scope, &used, now()).await?;
+            self.usage.note(scope, &used, now());
         }
         Ok(RecallResult { hits, as_of })
     }

@@ -161,10 +161,11 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// The scope a stored consolidation job was enqueued in, for the store that hands
-    /// the job out. The job was written under a scope from [`Principal::scope_for`],
-    /// so this only restores one; `clippy.toml` allows it in store backends alone.
-    pub fn of_enqueued_job(tenant: TenantId, user: UserId, subject: String) -> Self {
+    /// The scope a stored record was written in (a consolidation job being handed
+    /// out, a cluster commit journal being recovered). The record was written under a
+    /// scope from [`Principal::scope_for`], so this only restores one; `clippy.toml`
+    /// allows it in store backends alone.
+    pub fn of_stored_record(tenant: TenantId, user: UserId, subject: String) -> Self {
         Scope {
             tenant,
             user,

@@ -143,6 +143,14 @@ pub struct PageRequest {
     pub cursor: Option<String>,
 }
 
+/// Uses of one fact or playbook, counted since the last flush.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UseCount {
+    pub id: String,
+    pub count: u64,
+    pub last_used_at: DateTime<Utc>,
+}
+
 #[derive(Clone, Debug)]
 pub struct Page<T> {
     pub items: Vec<T>,
@@ -264,6 +272,11 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// Applies every change atomically, or none (returning the first failed precondition).
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()>;
 
+    /// Finishes the commits that a failure left half-applied and that are older than
+    /// `older_than`, across every scope; returns how many. A backend whose commits are
+    /// transactions has none and answers 0.
+    async fn recover_commits(&self, older_than: std::time::Duration) -> Result<u64>;
+
     async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>>;
 
     /// Facts newest first, filtered by their status at `as_of`.
@@ -305,8 +318,9 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// models cannot be compared).
     async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()>;
 
-    /// Marks facts and playbooks as used at `at` (an atomic increment, no read-modify-write).
-    async fn record_usage(&self, scope: &Scope, ids: &[String], at: DateTime<Utc>) -> Result<()>;
+    /// Adds batched use counts to facts and playbooks of the scope (ids of other scopes
+    /// and of erased records are skipped); `last_used_at` only moves forward.
+    async fn record_usage(&self, scope: &Scope, uses: &[UseCount]) -> Result<()>;
 
     /// Decisions newest first.
     async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>>;

@@ -229,6 +229,43 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
     Ok(state)
 }
 
+/// How often the maintenance task writes the use counts noted by recalls.
+const USAGE_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often it looks for cluster commits that a failed process left half-applied.
+const RECOVERY_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// How old a commit journal must be before recovery takes it over: far beyond how long
+/// a live commit takes, so recovery only finishes the commits of failed processes (a
+/// commit that is merely slow is rolled back safely all the same).
+pub const RECOVERY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Store maintenance until the process stops: writes recall use counts in batches, and
+/// finishes commits that a failed process left half-applied (cluster backends).
+pub fn spawn_maintenance(state: actix_web::web::Data<http::AppState>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut since_recovery = RECOVERY_EVERY;
+        loop {
+            tokio::time::sleep(USAGE_FLUSH_EVERY).await;
+            if let Err(error) = state.cairn.flush_usage().await {
+                tracing::warn!(error = %error, "writing use counts failed; they are kept for the next flush");
+            }
+            since_recovery += USAGE_FLUSH_EVERY;
+            if since_recovery >= RECOVERY_EVERY {
+                since_recovery = std::time::Duration::ZERO;
+                match state.cairn.recover_commits(RECOVERY_PATIENCE).await {
+                    Ok(0) => {}
+                    Ok(resolved) => {
+                        tracing::warn!(
+                            resolved,
+                            "finished commits that a failed process left half-applied"
+                        )
+                    }
+                    Err(error) => tracing::warn!(error = %error, "commit recovery failed"),
+                }
+            }
+        }
+    })
+}
+
 /// Runs queued consolidation jobs until the process stops: woken by ingests, and
 /// polling once a second for retries that came due.
 pub fn spawn_consolidation_worker(

@@ -4,7 +4,9 @@ use actix_web::{HttpServer, web};
 use anyhow::Context;
 use cairn_server::auth::{MintRequest, mint, parse_ttl};
 use cairn_server::config::{Backend, Config};
-use cairn_server::{build_state, cluster_store, http, open_store, spawn_consolidation_worker, telemetry};
+use cairn_server::{
+    build_state, cluster_store, http, open_store, spawn_consolidation_worker, spawn_maintenance, telemetry,
+};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -152,13 +154,20 @@ fn serve(config: Config) -> anyhow::Result<()> {
         if config.consolidation_worker {
             spawn_consolidation_worker(state.clone());
         }
-        HttpServer::new(move || http::app(state.clone()))
+        spawn_maintenance(state.clone());
+        let serving = state.clone();
+        let served = HttpServer::new(move || http::app(serving.clone()))
             .workers(workers)
             .bind(&listen)
             .with_context(|| format!("CAIRN_LISTEN: cannot bind {listen}"))?
             .run()
             .await
-            .context("server failed")
+            .context("server failed");
+        // Use counts noted since the last flush are written before the process ends.
+        if let Err(error) = state.cairn.flush_usage().await {
+            tracing::warn!(error = %error, "writing the last use counts failed");
+        }
+        served
     });
     tracing::info!("cairn stopped");
     telemetry.shutdown();

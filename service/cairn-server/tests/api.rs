@@ -18,6 +18,7 @@ const SECRET: &str = "test-secret-test-secret-test-secret!";
 
 struct Harness<S> {
     service: S,
+    state: web::Data<http::AppState>,
     _directory: tempfile::TempDir,
 }
 
@@ -46,9 +47,10 @@ async fn harness_with(
     let mut config = config(&directory);
     adjust(&mut config);
     let state = web::Data::new(build_state(&config).await.expect("state"));
-    let service = test::init_service(http::app(state)).await;
+    let service = test::init_service(http::app(state.clone())).await;
     Harness {
         service,
+        state,
         _directory: directory,
     }
 }
@@ -1328,6 +1330,10 @@ async fn profile_and_time_travel() {
     )
     .await;
     assert_eq!(expired["items"][0]["id"], exam["fact"]["id"]);
+    // Uses are counted off the read path and written in batches (each second, by the
+    // server's maintenance task).
+    let unflushed = harness.state.cairn.flush_usage().await.expect("flush");
+    assert!(unflushed >= 1, "the recalls noted uses: {unflushed}");
     let (_, fact, _) = call(
         service,
         Method::GET,

@@ -2,32 +2,29 @@
 //! record kind (templates in `mappings/`), documents routed by tenant, every query
 //! filtered by tenant and user (inside the kNN clause too).
 //!
-//! A cluster has no multi-document transactions, so a change set is applied in three
-//! steps: every precondition is read and checked (scope, status, version, watermark);
-//! the conditional updates are written with `if_seq_no`/`if_primary_term` (a conflict
-//! undoes the updates already made and is reported as 409, never a silent overwrite);
-//! then inserts, deletes, decisions and audit events. Inserts use `op_type=create`, so a
-//! replayed consolidation batch (deterministic ids) does not double anything. Every
-//! write refreshes the index (`refresh=true`): a write is visible to the next recall.
+//! A cluster has no multi-document transactions: a change set is committed through a
+//! journal that recovery rolls forward or back after any failure (see `commit`). Every
+//! write of a record refreshes its index (`refresh=true`): a write is visible to the
+//! next recall.
 
 mod client;
+mod commit;
 mod docs;
 pub mod mappings;
 pub mod query;
 
 pub use client::Engine;
 
-use cairn_core::text::fingerprint;
 use cairn_core::{
-    AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact,
-    FactStatus, LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
-    TenantId, TextHit, TextQuery, Tier, Tombstone, UserId, VectorQuery,
+    AuditEvent, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus,
+    LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter, TenantId,
+    TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, failure};
 use elasticsearch::http::Method;
 use serde_json::{Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -38,7 +35,7 @@ const GAP_PATIENCE_MICROS: i64 = 30_000_000;
 const SYSTEM: &str = "_system";
 
 /// The index kinds, each `<prefix>-<kind>`.
-pub const INDICES: [&str; 10] = [
+pub const INDICES: [&str; 11] = [
     "episodes",
     "facts",
     "playbooks",
@@ -49,6 +46,7 @@ pub const INDICES: [&str; 10] = [
     "audit",
     "state",
     "jobs",
+    "commits",
 ];
 
 #[derive(Clone)]
@@ -106,6 +104,8 @@ struct Update {
     /// The document as read (`None`: it did not exist yet).
     before: Option<Versioned>,
     after: Value,
+    /// A counter increment, which commutes: a conflict on it retries the commit.
+    commutative: bool,
 }
 
 /// Documents read per request by whole-set reads (`scoped_all`).
@@ -296,8 +296,25 @@ impl ClusterStore {
         body: Value,
         version: Option<(i64, i64)>,
     ) -> Result<Answer> {
+        self.put(kind, id, routing_key, body, version, true).await
+    }
+
+    /// [`ClusterStore::write_if`], refreshing the index or not (the commit journal is
+    /// read by id, which needs no refresh).
+    async fn put(
+        &self,
+        kind: &str,
+        id: &str,
+        routing_key: &str,
+        body: Value,
+        version: Option<(i64, i64)>,
+        refreshed: bool,
+    ) -> Result<Answer> {
         let index = self.index(kind);
-        let mut query = vec![("routing", routing_key.to_owned()), refresh()];
+        let mut query = vec![("routing", routing_key.to_owned())];
+        if refreshed {
+            query.push(refresh());
+        }
         let path = match version {
             Some((seq_no, primary_term)) => {
                 query.push(("if_seq_no", seq_no.to_string()));
@@ -315,21 +332,43 @@ impl ClusterStore {
     }
 
     async fn delete(&self, kind: &str, id: &str, routing_key: &str) -> Result<bool> {
+        self.delete_doc(kind, id, routing_key, None, true).await
+    }
+
+    /// Deletes a document (only at `version`, when given); `false` when it was not
+    /// there or had changed.
+    async fn delete_doc(
+        &self,
+        kind: &str,
+        id: &str,
+        routing_key: &str,
+        version: Option<(i64, i64)>,
+        refreshed: bool,
+    ) -> Result<bool> {
         let path = format!("/{}/_doc/{}", self.index(kind), segment(id));
-        let answer = self
-            .cluster
-            .call(
-                Method::Delete,
-                &path,
-                &[("routing", routing_key.to_owned()), refresh()],
-                None,
-            )
-            .await?;
+        let mut query = vec![("routing", routing_key.to_owned())];
+        if refreshed {
+            query.push(refresh());
+        }
+        if let Some((seq_no, primary_term)) = version {
+            query.push(("if_seq_no", seq_no.to_string()));
+            query.push(("if_primary_term", primary_term.to_string()));
+        }
+        let answer = self.cluster.call(Method::Delete, &path, &query, None).await?;
         match answer.status {
             200..=299 => Ok(true),
-            404 => Ok(false),
+            404 | 409 => Ok(false),
             _ => Err(failure(&path, &answer)),
         }
+    }
+
+    /// Makes everything written to an index so far visible to searches.
+    async fn refresh_index(&self, kind: &str) -> Result<()> {
+        let path = format!("/{}/_refresh", self.index(kind));
+        self.cluster
+            .expect(Method::Post, &path, &[], None)
+            .await
+            .map(|_| ())
     }
 
     async fn search(&self, kind: &str, routing_key: Option<&str>, body: Value) -> Result<Value> {
@@ -472,308 +511,6 @@ impl ClusterStore {
         .await
     }
 
-    /// Reads and checks every precondition of the change set; returns the conditional
-    /// updates to make.
-    async fn check(&self, scope: &Scope, changes: &[Change]) -> Result<Vec<Update>> {
-        let mut updates = Vec::new();
-        let mut lifted = Vec::new();
-        for change in changes {
-            match change {
-                Change::SupersedeFact {
-                    fact_id,
-                    superseded_by,
-                    at,
-                } => {
-                    let doc = self.fact_doc(scope, fact_id).await?;
-                    let fact = docs::read_fact(&doc.source)?;
-                    if fact.status == FactStatus::Superseded
-                        && fact.superseded_by.as_deref() == Some(superseded_by)
-                    {
-                        continue; // replayed
-                    }
-                    require_status(&fact, &[FactStatus::Active])?;
-                    let mut after = doc.source.clone();
-                    after["status"] = json!("superseded");
-                    after["superseded_at"] = json!(docs::micros(*at));
-                    after["superseded_by"] = json!(superseded_by);
-                    updates.push(Update {
-                        index: "facts",
-                        id: fact_id.clone(),
-                        before: Some(doc),
-                        after,
-                    });
-                }
-                Change::RetractFact { fact_id, reason, at } => {
-                    let doc = self.fact_doc(scope, fact_id).await?;
-                    let fact = docs::read_fact(&doc.source)?;
-                    require_status(&fact, &[FactStatus::Active, FactStatus::Superseded])?;
-                    let mut after = doc.source.clone();
-                    after["status"] = json!("retracted");
-                    after["retracted_at"] = json!(docs::micros(*at));
-                    if let Some(reason) = reason {
-                        after["retraction_reason"] = json!(reason);
-                    }
-                    updates.push(Update {
-                        index: "facts",
-                        id: fact_id.clone(),
-                        before: Some(doc),
-                        after,
-                    });
-                }
-                Change::EraseFact { fact_id } => {
-                    self.fact_doc(scope, fact_id).await?;
-                }
-                Change::LiftTombstone { tombstone_id, at } => {
-                    let doc = self
-                        .owned(scope, "tombstones", tombstone_id)
-                        .await?
-                        .ok_or(Error::NotFound { what: "tombstone" })?;
-                    if !doc.source["lifted_at"].is_null() {
-                        return Err(Error::Conflict {
-                            code: "not_active",
-                            message: format!("tombstone {tombstone_id} is already lifted"),
-                        });
-                    }
-                    let mut after = doc.source.clone();
-                    after["lifted_at"] = json!(docs::micros(*at));
-                    lifted.push(doc.source["fingerprint"].as_str().unwrap_or_default().to_owned());
-                    updates.push(Update {
-                        index: "tombstones",
-                        id: tombstone_id.clone(),
-                        before: Some(doc),
-                        after,
-                    });
-                }
-                Change::InsertFact(fact) => {
-                    let value = fingerprint(&fact.text);
-                    if !lifted.contains(&value)
-                        && let Some(tombstone) = self.find_tombstone(scope, &value).await?
-                    {
-                        return Err(Error::Tombstoned {
-                            tombstone_id: tombstone.id,
-                        });
-                    }
-                }
-                Change::AppendPlaybookVersion {
-                    expected_version,
-                    playbook,
-                } => {
-                    let doc = self
-                        .owned(scope, "playbooks", &playbook.id)
-                        .await?
-                        .ok_or(Error::NotFound { what: "playbook" })?;
-                    let current = doc.source["version"].as_u64().unwrap_or(0);
-                    if current != u64::from(*expected_version) {
-                        return Err(Error::Conflict {
-                            code: "version_conflict",
-                            message: format!(
-                                "playbook {} is at version {current}, not {expected_version}",
-                                playbook.id
-                            ),
-                        });
-                    }
-                    let mut after = docs::playbook(scope, playbook);
-                    after["success_count"] = doc.source["success_count"].clone();
-                    after["failure_count"] = doc.source["failure_count"].clone();
-                    after["use_count"] = doc.source["use_count"].clone();
-                    after["created_at"] = doc.source["created_at"].clone();
-                    if !doc.source["last_used_at"].is_null() {
-                        after["last_used_at"] = doc.source["last_used_at"].clone();
-                    }
-                    updates.push(Update {
-                        index: "playbooks",
-                        id: playbook.id.clone(),
-                        before: Some(doc),
-                        after,
-                    });
-                }
-                Change::RecordPlaybookOutcome { playbook_id, .. } => {
-                    self.owned(scope, "playbooks", playbook_id)
-                        .await?
-                        .ok_or(Error::NotFound { what: "playbook" })?;
-                }
-                Change::MoveWatermark { expected, to } => {
-                    let doc = self.state(scope).await?;
-                    let current = doc
-                        .as_ref()
-                        .and_then(|doc| doc.source["watermark"].as_u64())
-                        .unwrap_or(0);
-                    if current != *expected {
-                        return Err(Error::Conflict {
-                            code: "watermark_moved",
-                            message: format!(
-                                "another consolidation run moved the watermark from {expected} to {current}"
-                            ),
-                        });
-                    }
-                    let mut after = doc
-                        .as_ref()
-                        .map_or_else(|| fresh_state(scope), |doc| doc.source.clone());
-                    after["watermark"] = json!(to);
-                    updates.push(Update {
-                        index: "state",
-                        id: state_id(scope),
-                        before: doc,
-                        after,
-                    });
-                }
-                Change::RequireEpisodes(episode_ids) => {
-                    self.require_episodes(scope, episode_ids).await?;
-                }
-                Change::RequireNoActiveValue { fingerprint } => {
-                    if !self
-                        .find_active_facts_by_fingerprint(scope, fingerprint)
-                        .await?
-                        .is_empty()
-                    {
-                        return Err(Error::duplicate());
-                    }
-                }
-                Change::RetryJob { job_id, at } => {
-                    let doc = self
-                        .owned(scope, "jobs", job_id)
-                        .await?
-                        .ok_or(Error::NotFound { what: "job" })?;
-                    let mut after = doc.source.clone();
-                    after["attempts"] = json!(0);
-                    after["run_after"] = json!(docs::micros(*at));
-                    if let Value::Object(map) = &mut after {
-                        for field in ["dead_at", "last_error", "leased_until"] {
-                            map.remove(field);
-                        }
-                    }
-                    updates.push(Update {
-                        index: "jobs",
-                        id: job_id.clone(),
-                        before: Some(doc),
-                        after,
-                    });
-                }
-                Change::InsertEpisodes(_)
-                | Change::InsertEdge(_)
-                | Change::InsertTombstone(_)
-                | Change::InsertPlaybook(_)
-                | Change::EnqueueJob(_)
-                | Change::CompleteJobs(_) => {}
-            }
-        }
-        Ok(updates)
-    }
-
-    /// Fails with `evidence_erased` unless every listed episode is stored in the scope.
-    async fn require_episodes(&self, scope: &Scope, episode_ids: &[String]) -> Result<()> {
-        if episode_ids.is_empty() {
-            return Ok(());
-        }
-        let mut body = query::scoped(
-            scope,
-            vec![json!({ "terms": { "id": episode_ids } })],
-            None,
-            episode_ids.len(),
-        );
-        body["_source"] = json!(["id"]);
-        let found: HashSet<String> = self
-            .scoped_search(scope, "episodes", body)
-            .await?
-            .iter()
-            .map(|hit| docs::text(&hit["_source"], "id"))
-            .collect();
-        match episode_ids.iter().find(|id| !found.contains(id.as_str())) {
-            Some(missing) => Err(Error::evidence_erased(missing)),
-            None => Ok(()),
-        }
-    }
-
-    async fn fact_doc(&self, scope: &Scope, fact_id: &str) -> Result<Versioned> {
-        self.owned(scope, "facts", fact_id)
-            .await?
-            .ok_or(Error::NotFound { what: "fact" })
-    }
-
-    /// Writes the conditional updates; on a conflict, puts back the ones already made.
-    async fn apply_updates(&self, scope: &Scope, updates: Vec<Update>) -> Result<()> {
-        let tenant = scope.tenant().as_str();
-        let mut done: Vec<(Update, i64, i64)> = Vec::new();
-        for update in updates {
-            let version = update
-                .before
-                .as_ref()
-                .map(|before| (before.seq_no, before.primary_term));
-            let answer = self
-                .write_if(update.index, &update.id, tenant, update.after.clone(), version)
-                .await?;
-            if answer.status == 409 {
-                for (previous, seq_no, primary_term) in done.into_iter().rev() {
-                    match previous.before {
-                        None => {
-                            let _ = self.delete(previous.index, &previous.id, tenant).await;
-                        }
-                        Some(before) => {
-                            let _ = self
-                                .write_if(
-                                    previous.index,
-                                    &previous.id,
-                                    tenant,
-                                    before.source,
-                                    Some((seq_no, primary_term)),
-                                )
-                                .await;
-                        }
-                    }
-                }
-                return Err(match update.index {
-                    "state" => Error::Conflict {
-                        code: "watermark_moved",
-                        message: "another consolidation run moved the watermark".into(),
-                    },
-                    "playbooks" => Error::Conflict {
-                        code: "version_conflict",
-                        message: format!("playbook {} changed concurrently", update.id),
-                    },
-                    _ => Error::not_active(&format!("{} {}", update.index.trim_end_matches('s'), update.id)),
-                });
-            }
-            let seq_no = answer.body["_seq_no"].as_i64().unwrap_or(0);
-            let primary_term = answer.body["_primary_term"].as_i64().unwrap_or(1);
-            done.push((update, seq_no, primary_term));
-        }
-        Ok(())
-    }
-
-    /// The latest stored episode of a session (a search hit, with its version).
-    async fn last_episode(&self, scope: &Scope, session_id: &str) -> Result<Option<Value>> {
-        let body = query::last_of_session(scope, session_id);
-        Ok(self
-            .scoped_search(scope, "episodes", body)
-            .await?
-            .into_iter()
-            .next())
-    }
-
-    /// Appends the text of the episode that followed a stored one to its context. A
-    /// concurrent change to the same document wins; the context is ranking help only.
-    async fn append_context(&self, tenant: &str, stored: Value, next: &str) -> Result<()> {
-        let mut source = stored["_source"].clone();
-        let context = match source["context"].as_str() {
-            Some(context) if !context.is_empty() => format!("{context}\n{next}"),
-            _ => next.to_owned(),
-        };
-        source["context"] = json!(context);
-        let version = (
-            stored["_seq_no"].as_i64().unwrap_or(0),
-            stored["_primary_term"].as_i64().unwrap_or(1),
-        );
-        let id = docs::text(&source, "id");
-        let answer = self
-            .write_if("episodes", &id, tenant, source, Some(version))
-            .await?;
-        if answer.ok() || answer.status == 409 {
-            Ok(())
-        } else {
-            Err(failure("episodes", &answer))
-        }
-    }
-
     /// Deletes every document of the scope matching `extra` in one index; returns how many.
     async fn erase_where(&self, scope: &Scope, kind: &str, extra: Vec<Value>) -> Result<u64> {
         let mut removed = 0;
@@ -865,158 +602,12 @@ impl MemoryStore for ClusterStore {
 
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()> {
         self.ready()?;
-        let updates = self.check(scope, &change_set.changes).await?;
-        self.apply_updates(scope, updates).await?;
-        let tenant = scope.tenant().as_str();
-        let mut lines = Vec::new();
-        let mut create = |kind: &str, id: &str, body: Value| {
-            lines.push(json!({ "create": { "_index": self.index(kind), "_id": id, "routing": tenant } }));
-            lines.push(body);
-        };
-        let mut deferred = Vec::new();
-        // Stored episodes that get the first new episode of their session as context,
-        // once the new ones are written.
-        let mut followed = Vec::new();
-        for change in &change_set.changes {
-            match change {
-                Change::InsertEpisodes(episodes) => {
-                    let first = self.allocate_positions(scope, episodes.len() as u64).await?;
-                    // Each episode is indexed with the episodes before and after it in its session.
-                    let mut contexts: Vec<Vec<String>> = vec![Vec::new(); episodes.len()];
-                    let mut latest: HashMap<&str, usize> = HashMap::new();
-                    for (index, episode) in episodes.iter().enumerate() {
-                        let Some(session) = episode.session_id.as_deref() else {
-                            continue;
-                        };
-                        match latest.insert(session, index) {
-                            Some(before) => {
-                                contexts[index].push(episodes[before].text.clone());
-                                contexts[before].push(episode.text.clone());
-                            }
-                            None => {
-                                if let Some(stored) = self.last_episode(scope, session).await? {
-                                    contexts[index].push(docs::text(&stored["_source"], "text"));
-                                    followed.push((stored, episode.text.clone()));
-                                }
-                            }
-                        }
-                    }
-                    for (offset, (episode, context)) in episodes.iter().zip(contexts).enumerate() {
-                        let context = (!context.is_empty()).then(|| context.join("\n"));
-                        create(
-                            "episodes",
-                            &episode.id,
-                            docs::episode(scope, episode, first + offset as u64, context.as_deref()),
-                        );
-                    }
-                }
-                Change::InsertFact(fact) => create("facts", &fact.id, docs::fact(scope, fact)),
-                Change::InsertEdge(edge) => create("edges", &docs::edge_id(edge), docs::edge(scope, edge)),
-                Change::InsertTombstone(tombstone) => {
-                    create("tombstones", &tombstone.id, docs::tombstone(scope, tombstone))
-                }
-                Change::InsertPlaybook(playbook) => {
-                    create("playbooks", &playbook.id, docs::playbook(scope, playbook));
-                    create(
-                        "playbook-versions",
-                        &format!("{}:{}", playbook.id, playbook.version),
-                        docs::playbook_version(scope, playbook),
-                    );
-                }
-                Change::AppendPlaybookVersion { playbook, .. } => create(
-                    "playbook-versions",
-                    &format!("{}:{}", playbook.id, playbook.version),
-                    docs::playbook_version(scope, playbook),
-                ),
-                Change::EnqueueJob(job) => create("jobs", &job.id, docs::job(scope, job)),
-                Change::EraseFact { .. } | Change::CompleteJobs(_) | Change::RecordPlaybookOutcome { .. } => {
-                    deferred.push(change)
-                }
-                Change::SupersedeFact { .. }
-                | Change::RetractFact { .. }
-                | Change::LiftTombstone { .. }
-                | Change::RequireEpisodes(_)
-                | Change::RequireNoActiveValue { .. }
-                | Change::RetryJob { .. }
-                | Change::MoveWatermark { .. } => {}
-            }
-        }
-        for decision in &change_set.decisions {
-            create("decisions", &decision.id, docs::decision(scope, decision));
-        }
-        for event in &change_set.audit {
-            create("audit", &event.id, docs::audit(scope, event));
-        }
-        self.bulk(lines, &[409]).await?;
-        for (stored, next) in followed {
-            self.append_context(tenant, stored, &next).await?;
-        }
-        for change in deferred {
-            match change {
-                Change::EraseFact { fact_id } => {
-                    self.delete("facts", fact_id, tenant).await?;
-                    // Links to the erased fact go with it.
-                    let linked = vec![json!({ "term": { "superseded_by": fact_id } })];
-                    let mut body = query::scoped(scope, linked, Some(json!([{ "id": "asc" }])), PAGE);
-                    body["seq_no_primary_term"] = json!(true);
-                    for hit in self.scoped_all(scope, "facts", body).await? {
-                        let mut source = hit["_source"].clone();
-                        if let Value::Object(map) = &mut source {
-                            map.remove("superseded_by");
-                        }
-                        let id = source["id"].as_str().unwrap_or_default().to_owned();
-                        let version = (
-                            hit["_seq_no"].as_i64().unwrap_or(0),
-                            hit["_primary_term"].as_i64().unwrap_or(1),
-                        );
-                        self.write_if("facts", &id, tenant, source, Some(version)).await?;
-                    }
-                    let touching = json!({ "bool": { "should": [
-                        { "term": { "from_fact_id": fact_id } }, { "term": { "to_fact_id": fact_id } }
-                    ], "minimum_should_match": 1 } });
-                    self.erase_where(scope, "edges", vec![touching]).await?;
-                }
-                Change::CompleteJobs(job_ids) if !job_ids.is_empty() => {
-                    let finished = vec![json!({ "terms": { "id": job_ids } })];
-                    self.erase_where(scope, "jobs", finished).await?;
-                }
-                Change::RecordPlaybookOutcome {
-                    playbook_id,
-                    success,
-                    at,
-                } => {
-                    let field = if *success {
-                        "success_count"
-                    } else {
-                        "failure_count"
-                    };
-                    let script = json!({ "script": {
-                        "source": format!("ctx._source.{field} += 1; ctx._source.last_used_at = params.at"),
-                        "lang": "painless",
-                        "params": { "at": docs::micros(*at) }
-                    } });
-                    let path = format!("/{}/_update/{}", self.index("playbooks"), segment(playbook_id));
-                    let answer = self
-                        .cluster
-                        .call(
-                            Method::Post,
-                            &path,
-                            &[
-                                ("routing", tenant.to_owned()),
-                                refresh(),
-                                ("retry_on_conflict", "5".into()),
-                            ],
-                            Some(script),
-                        )
-                        .await?;
-                    if !answer.ok() {
-                        return Err(failure(&path, &answer));
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(())
+        self.commit_change_set(scope, &change_set).await
+    }
+
+    async fn recover_commits(&self, older_than: Duration) -> Result<u64> {
+        self.ready()?;
+        self.recover_journals(older_than).await
     }
 
     async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>> {
@@ -1199,27 +790,68 @@ impl MemoryStore for ClusterStore {
         }
     }
 
-    async fn record_usage(&self, scope: &Scope, ids: &[String], at: DateTime<Utc>) -> Result<()> {
+    async fn record_usage(&self, scope: &Scope, uses: &[UseCount]) -> Result<()> {
         self.ready()?;
-        let script = json!({ "script": {
-            "source": "if (ctx._source.tenant != params.tenant || ctx._source.user != params.user) { ctx.op = 'none' } \
-                       else { ctx._source.use_count += 1; ctx._source.last_used_at = params.at }",
-            "lang": "painless",
-            "params": { "at": docs::micros(at), "tenant": scope.tenant().as_str(), "user": scope.user().as_str() }
-        } });
-        // One request for every id: an update on each of the two indices an id can be
-        // in; the one where it is not answers 404, which is expected.
-        let mut lines = Vec::new();
-        for id in ids {
-            for kind in ["facts", "playbooks"] {
-                lines.push(json!({ "update": {
-                    "_index": self.index(kind), "_id": id, "routing": scope.tenant().as_str(), "retry_on_conflict": 5
-                } }));
-                lines.push(script.clone());
+        // Read-modify-write by compare-and-set (no script, so a node without scripting
+        // serves it); documents that changed in between are read again.
+        let mut left: Vec<&UseCount> = uses.iter().collect();
+        for _ in 0..20 {
+            if left.is_empty() {
+                return Ok(());
             }
+            let tenant = scope.tenant().as_str();
+            let docs: Vec<Value> = left
+                .iter()
+                .flat_map(|usage| {
+                    ["facts", "playbooks"]
+                        .map(|kind| json!({ "_index": self.index(kind), "_id": usage.id, "routing": tenant }))
+                })
+                .collect();
+            let found = self
+                .cluster
+                .expect(Method::Post, "/_mget", &[], Some(json!({ "docs": docs })))
+                .await?;
+            let mut lines = Vec::new();
+            let mut written = Vec::new();
+            for doc in found["docs"].as_array().into_iter().flatten() {
+                let source = &doc["_source"];
+                if doc["found"] != true
+                    || source["tenant"] != scope.tenant().as_str()
+                    || source["user"] != scope.user().as_str()
+                {
+                    continue;
+                }
+                let id = docs::text(source, "id");
+                let Some(usage) = left.iter().find(|usage| usage.id == id) else {
+                    continue;
+                };
+                let mut after = source.clone();
+                after["use_count"] = json!(source["use_count"].as_u64().unwrap_or(0) + usage.count);
+                let at = docs::micros(usage.last_used_at);
+                after["last_used_at"] = json!(
+                    source["last_used_at"]
+                        .as_i64()
+                        .map_or(at, |before| before.max(at))
+                );
+                lines.push(json!({ "index": {
+                    "_index": doc["_index"], "_id": id, "routing": tenant,
+                    "if_seq_no": doc["_seq_no"], "if_primary_term": doc["_primary_term"]
+                } }));
+                lines.push(after);
+                written.push(id);
+            }
+            let answer = self.bulk(lines, &[409]).await?;
+            let conflicted: HashSet<String> = answer["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|item| item.as_object()?.values().next().cloned())
+                .filter(|result| result["status"] == 409)
+                .map(|result| docs::text(&result, "_id"))
+                .collect();
+            left.retain(|usage| conflicted.contains(&usage.id));
         }
-        self.bulk(lines, &[404]).await?;
-        Ok(())
+        Err(Error::Unavailable("usage counts: too much contention".into()))
     }
 
     async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
@@ -1392,7 +1024,7 @@ impl MemoryStore for ClusterStore {
             let tenant = TenantId::parse(&tenant)?;
             let user = UserId::parse(source["user"].as_str().unwrap_or_default())?;
             #[allow(clippy::disallowed_methods)]
-            let scope = Scope::of_enqueued_job(tenant, user, job.subject.clone());
+            let scope = Scope::of_stored_record(tenant, user, job.subject.clone());
             return Ok(Some((scope, job)));
         }
         Ok(None)
@@ -1433,6 +1065,10 @@ impl MemoryStore for ClusterStore {
 
     async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
         self.ready()?;
+        // Journals first: a left-behind commit of this scope must not be rolled forward
+        // after the erasure. They are written without a refresh; find the recent ones.
+        self.refresh_index("commits").await?;
+        self.erase_where(scope, "commits", Vec::new()).await?;
         let receipt = ErasureReceipt {
             episodes: self.erase_where(scope, "episodes", Vec::new()).await?,
             facts: self.erase_where(scope, "facts", Vec::new()).await?,

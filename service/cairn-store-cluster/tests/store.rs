@@ -86,6 +86,8 @@ mod elasticsearch {
     });
 }
 
+#[path = "store/faults.rs"]
+mod faults;
 #[path = "store/operations.rs"]
 mod operations;
 #[path = "store/queries.rs"]

@@ -15,7 +15,7 @@ mod vectors;
 use cairn_core::{
     AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact,
     FactStatus, LoggedEpisode, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
-    TenantId, TextHit, TextQuery, Tier, Tombstone, UserId, VectorQuery,
+    TenantId, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use rows::micros;
@@ -314,6 +314,11 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn recover_commits(&self, _older_than: std::time::Duration) -> Result<u64> {
+        // Every commit is one SQLite transaction: nothing is ever left half-applied.
+        Ok(0)
+    }
+
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()> {
         let scope = scope.clone();
         let inner = Arc::clone(&self.inner);
@@ -589,26 +594,28 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
-    async fn record_usage(&self, scope: &Scope, ids: &[String], at: DateTime<Utc>) -> Result<()> {
-        if ids.is_empty() {
+    async fn record_usage(&self, scope: &Scope, uses: &[UseCount]) -> Result<()> {
+        if uses.is_empty() {
             return Ok(());
         }
         let scope = scope.clone();
-        let ids = ids.to_vec();
+        let uses = uses.to_vec();
         self.write(move |connection| {
             let transaction = connection.transaction().map_err(storage)?;
             for table in ["facts", "playbooks"] {
                 let mut statement = transaction
                     .prepare_cached(&format!(
-                        "UPDATE {table} SET use_count = use_count + 1, last_used_at = ?1 \
-                         WHERE id = ?2 AND tenant = ?3 AND user_id = ?4"
+                        "UPDATE {table} SET use_count = use_count + ?1, \
+                         last_used_at = max(coalesce(last_used_at, ?2), ?2) \
+                         WHERE id = ?3 AND tenant = ?4 AND user_id = ?5"
                     ))
                     .map_err(storage)?;
-                for id in &ids {
+                for usage in &uses {
                     statement
                         .execute(params![
-                            micros(at),
-                            id,
+                            i64::try_from(usage.count).unwrap_or(i64::MAX),
+                            micros(usage.last_used_at),
+                            usage.id,
                             scope.tenant().as_str(),
                             scope.user().as_str()
                         ])
@@ -806,7 +813,7 @@ impl MemoryStore for SqliteStore {
             let tenant = TenantId::parse(&tenant)?;
             let user = UserId::parse(&user)?;
             #[allow(clippy::disallowed_methods)]
-            let scope = Scope::of_enqueued_job(tenant, user, job.subject.clone());
+            let scope = Scope::of_stored_record(tenant, user, job.subject.clone());
             Ok(Some((scope, job)))
         })
         .await

@@ -6,7 +6,7 @@ use cairn_core::text::fingerprint;
 use cairn_core::{
     AuditEvent, Change, ChangeSet, ConsolidationJob, Edge, EdgeKind, Episode, Error, Fact, FactStatus,
     FactType, Memory, MemoryStore, PageRequest, Permission, Playbook, Principal, Scope, SearchFilter,
-    StatusFilter, TenantId, TextQuery, Tier, Tombstone, TombstoneReason, VectorQuery, new_id,
+    StatusFilter, TenantId, TextQuery, Tier, Tombstone, TombstoneReason, UseCount, VectorQuery, new_id,
 };
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
@@ -43,6 +43,7 @@ macro_rules! conformance_suite {
             an_active_value_is_held_once,
             jobs_are_durable_leased_and_scoped,
             tenants_take_turns_and_dead_letters_wait_for_a_retry,
+            racing_outcomes_all_count_and_commits_leave_nothing_to_recover,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -770,15 +771,103 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
     assert!(matches!(hits.first().map(|h| &h.memory), Some(Memory::Playbook(p)) if p.version == 2));
 }
 
+/// Outcomes recorded concurrently on one playbook all count (a counter is never a lost
+/// update), and commits that ran to the end leave nothing for recovery.
+pub async fn racing_outcomes_all_count_and_commits_leave_nothing_to_recover(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let now = Utc::now();
+    let book = playbook(now);
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(book.clone())),
+        )
+        .await
+        .expect("create");
+    let mut racing = Vec::new();
+    for round in 0..8 {
+        let (store, alice, id) = (Arc::clone(&store), alice.clone(), book.id.clone());
+        racing.push(tokio::spawn(async move {
+            store
+                .commit(
+                    &alice,
+                    ChangeSet::new(audit(&alice, "playbook.outcome")).with(Change::RecordPlaybookOutcome {
+                        playbook_id: id,
+                        success: round % 4 != 0,
+                        at: Utc::now(),
+                    }),
+                )
+                .await
+        }));
+    }
+    for outcome in racing {
+        outcome.await.expect("task").expect("outcome");
+    }
+    let counted = store
+        .get_playbook(&alice, &book.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!((counted.success_count, counted.failure_count), (6, 2));
+
+    let first = fact("The user lives in Paris", now);
+    insert(store.as_ref(), &alice, &first).await;
+    let second = fact("The user lives in Lyon", now + Duration::seconds(1));
+    store
+        .commit(&alice, supersede(&alice, &first, &second))
+        .await
+        .expect("supersede");
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "fact.retract")).with(Change::RetractFact {
+                fact_id: second.id.clone(),
+                reason: None,
+                at: now + Duration::seconds(2),
+            }),
+        )
+        .await
+        .expect("retract");
+    let left = store
+        .recover_commits(std::time::Duration::ZERO)
+        .await
+        .expect("recover");
+    assert_eq!(left, 0, "finished commits leave no journal");
+    let old = store
+        .get_fact(&alice, &first.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(old.status, FactStatus::Superseded, "recovery changed nothing");
+}
+
 pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
     let alice = scope("acme", "alice");
     let record = fact("The user likes jazz", Utc::now());
     insert(store.as_ref(), &alice, &record).await;
-    let ids = vec![record.id.clone()];
-    store.record_usage(&alice, &ids, Utc::now()).await.expect("usage");
-    store.record_usage(&alice, &ids, Utc::now()).await.expect("usage");
+    let later = Utc::now();
+    let uses = |count, last_used_at| {
+        vec![
+            UseCount {
+                id: record.id.clone(),
+                count,
+                last_used_at,
+            },
+            UseCount {
+                id: "fact_never_written".into(),
+                count,
+                last_used_at,
+            },
+        ]
+    };
+    store.record_usage(&alice, &uses(1, later)).await.expect("usage");
+    // A batch counted earlier but flushed later adds its count, and the time stays.
     store
-        .record_usage(&scope("globex", "alice"), &ids, Utc::now())
+        .record_usage(&alice, &uses(3, later - Duration::minutes(5)))
+        .await
+        .expect("usage");
+    store
+        .record_usage(&scope("globex", "alice"), &uses(7, later))
         .await
         .expect("no-op elsewhere");
     let used = store
@@ -786,8 +875,11 @@ pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
         .await
         .expect("get")
         .expect("present");
-    assert_eq!(used.use_count, 2);
-    assert!(used.last_used_at.is_some());
+    assert_eq!(used.use_count, 4);
+    assert_eq!(
+        used.last_used_at.map(|at| at.timestamp_micros()),
+        Some(later.timestamp_micros())
+    );
 }
 
 pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
@@ -1626,7 +1718,14 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
 
         // Writes aimed at A's records from outside change nothing of A.
         store
-            .record_usage(&outsider, &[current.id.clone(), procedure.id.clone()], Utc::now())
+            .record_usage(
+                &outsider,
+                &[current.id.clone(), procedure.id.clone()].map(|id| UseCount {
+                    id,
+                    count: 1,
+                    last_used_at: Utc::now(),
+                }),
+            )
             .await
             .expect("usage is a no-op for records of another scope");
         let _ = store

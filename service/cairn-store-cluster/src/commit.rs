@@ -1,0 +1,740 @@
+//! How a change set reaches the cluster whole or not at all: the commit journal.
+//!
+//! A cluster has no multi-document transactions. A commit first reads and checks every
+//! precondition (scope, status, version, watermark, tombstones, evidence) and plans
+//! its writes. It then records the whole plan as one journal document in
+//! `<prefix>-commits`, in phase `prepared`: each conditional update with the document
+//! as read and as it will be, the bulk inserts, and the deletions that follow. Then:
+//!
+//! 1. the conditional updates, each a compare-and-set on `if_seq_no`. A conflict puts
+//!    back the updates already made, drops the journal and answers 409: nothing changed;
+//! 2. the journal moves to `committed` by compare-and-set. This is the commit point;
+//! 3. the inserts (`op_type=create`, so a replay doubles nothing), the episode
+//!    contexts and the deletions, all idempotent;
+//! 4. the journal is deleted.
+//!
+//! A process that fails anywhere in between leaves its journal behind, and recovery
+//! (`MemoryStore::recover_commits`, run by every server in the background for
+//! journals older than a patience) finishes it: a `committed` journal is rolled
+//! forward, a `prepared` one rolled back (each updated document that still holds what
+//! the commit wrote gets its old content back). Recovery claims a `prepared` journal
+//! by moving it to `aborted` with a compare-and-set, so a commit that was only slow
+//! can no longer reach its commit point, and puts back its own updates.
+
+use crate::client::failure;
+use crate::{
+    ClusterStore, PAGE, Update, Versioned, docs, fresh_state, hits, query, require_status, state_id,
+};
+use cairn_core::text::fingerprint;
+use cairn_core::{Change, ChangeSet, Error, FactStatus, MemoryStore, Result, Scope, TenantId, UserId};
+use chrono::Utc;
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+const PREPARED: &str = "prepared";
+const COMMITTED: &str = "committed";
+const ABORTED: &str = "aborted";
+
+/// Attempts of a commit that lost a race on a counter (a playbook outcome), which
+/// commutes and is simply made again.
+const COUNTER_ATTEMPTS: usize = 20;
+
+/// Journals one recovery pass resolves at most.
+const RECOVERY_BATCH: usize = 100;
+
+/// Everything a commit writes after its checks.
+struct Plan {
+    updates: Vec<Update>,
+    /// Bulk `create` lines: action and source pairs.
+    lines: Vec<Value>,
+    /// Stored episodes (by id) that get the text of the episode after them as context.
+    contexts: Vec<(String, String)>,
+    /// Deletions after the inserts: `{"erase_fact": id}` or `{"complete_jobs": [ids]}`.
+    deferred: Vec<Value>,
+}
+
+impl Plan {
+    fn is_empty(&self) -> bool {
+        self.updates.is_empty()
+            && self.lines.is_empty()
+            && self.contexts.is_empty()
+            && self.deferred.is_empty()
+    }
+
+    /// The plan as the journal holds it.
+    fn to_json(&self) -> Value {
+        let updates: Vec<Value> = self
+            .updates
+            .iter()
+            .map(|update| {
+                json!({ "index": update.index, "id": update.id,
+                        "before": update.before.as_ref().map(|before| &before.source), "after": update.after })
+            })
+            .collect();
+        let contexts: Vec<Value> = self
+            .contexts
+            .iter()
+            .map(|(id, next)| json!({ "id": id, "next": next }))
+            .collect();
+        json!({ "updates": updates, "lines": self.lines, "contexts": contexts, "deferred": self.deferred })
+    }
+}
+
+/// How the conditional updates of a plan went.
+enum Applied {
+    Done,
+    /// A document changed since it was read; every update made was put back.
+    Conflict {
+        error: Error,
+        commutative: bool,
+    },
+}
+
+impl ClusterStore {
+    /// Commits a change set through the journal (see the module documentation).
+    pub(crate) async fn commit_change_set(&self, scope: &Scope, change_set: &ChangeSet) -> Result<()> {
+        for _ in 0..COUNTER_ATTEMPTS {
+            let updates = self.check(scope, &change_set.changes).await?;
+            let plan = self.plan(scope, change_set, updates).await?;
+            match self.write_plan(scope, plan).await? {
+                Applied::Done => return Ok(()),
+                Applied::Conflict {
+                    commutative: true, ..
+                } => continue,
+                Applied::Conflict { error, .. } => return Err(error),
+            }
+        }
+        Err(Error::Unavailable("playbook outcome: too much contention".into()))
+    }
+
+    /// Finishes every commit whose journal is older than `older_than`: rolls committed
+    /// ones forward and the others back. Returns how many it resolved.
+    pub(crate) async fn recover_journals(&self, older_than: Duration) -> Result<u64> {
+        // Journals are written without a refresh; make the recent ones searchable.
+        self.refresh_index("commits").await?;
+        let cutoff = docs::micros(Utc::now()) - i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
+        let body = json!({
+            "query": { "range": { "at": { "lte": cutoff } } },
+            "sort": [{ "at": "asc" }, { "id": "asc" }],
+            "size": RECOVERY_BATCH,
+            "_source": ["tenant", "id"],
+        });
+        let mut resolved = 0;
+        for hit in hits(&self.search("commits", None, body).await?) {
+            let tenant = docs::text(&hit["_source"], "tenant");
+            let id = docs::text(&hit["_source"], "id");
+            if self.resolve_journal(&tenant, &id).await? {
+                resolved += 1;
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// Rolls one left-behind journal forward or back; `false` when there was nothing
+    /// to do (already resolved, or its commit is still moving).
+    async fn resolve_journal(&self, tenant: &str, id: &str) -> Result<bool> {
+        let Some(journal) = self.get("commits", id, tenant).await? else {
+            return Ok(false);
+        };
+        let version = Some((journal.seq_no, journal.primary_term));
+        match journal.source["phase"].as_str() {
+            Some(COMMITTED) => {
+                let scope = journal_scope(&journal.source)?;
+                self.roll_forward(&scope, &journal.source["plan"]).await?;
+            }
+            Some(PREPARED) => {
+                let mut aborted = journal.source.clone();
+                aborted["phase"] = json!(ABORTED);
+                let claimed = self.put("commits", id, tenant, aborted, version, false).await?;
+                if claimed.status == 409 {
+                    return Ok(false);
+                }
+                self.roll_back(tenant, &journal.source["plan"]["updates"]).await?;
+            }
+            // Aborted by a recovery that stopped midway.
+            _ => self.roll_back(tenant, &journal.source["plan"]["updates"]).await?,
+        }
+        self.delete_doc("commits", id, tenant, None, false).await?;
+        Ok(true)
+    }
+
+    /// Journals the plan, makes its conditional updates, passes the commit point and
+    /// writes the rest.
+    async fn write_plan(&self, scope: &Scope, plan: Plan) -> Result<Applied> {
+        if plan.is_empty() {
+            return Ok(Applied::Done);
+        }
+        let tenant = scope.tenant().as_str();
+        let id = cairn_core::new_id("commit");
+        let recorded = plan.to_json();
+        let mut journal = json!({
+            "tenant": tenant, "user": scope.user().as_str(), "subject": scope.subject(), "id": id,
+            "phase": PREPARED, "at": docs::micros(Utc::now()), "plan": recorded,
+        });
+        let opened = self
+            .put("commits", &id, tenant, journal.clone(), None, false)
+            .await?;
+        if !opened.ok() {
+            return Err(failure("commits", &opened));
+        }
+        let version = (
+            opened.body["_seq_no"].as_i64().unwrap_or(0),
+            opened.body["_primary_term"].as_i64().unwrap_or(1),
+        );
+        if let conflict @ Applied::Conflict { .. } = self.apply_updates(tenant, &plan.updates).await? {
+            self.delete_doc("commits", &id, tenant, None, false).await?;
+            return Ok(conflict);
+        }
+        journal["phase"] = json!(COMMITTED);
+        let marked = self
+            .put("commits", &id, tenant, journal.clone(), Some(version), false)
+            .await?;
+        if marked.status == 409 {
+            // Recovery took this commit for abandoned and rolls it back; so do we.
+            self.roll_back(tenant, &journal["plan"]["updates"]).await?;
+            return Err(Error::Unavailable(
+                "the commit took too long and was rolled back; nothing was changed".into(),
+            ));
+        }
+        if !marked.ok() {
+            return Err(failure("commits", &marked));
+        }
+        self.roll_forward(scope, &journal["plan"]).await?;
+        self.delete_doc("commits", &id, tenant, None, false).await?;
+        Ok(Applied::Done)
+    }
+
+    /// Writes a committed plan's inserts, contexts and deletions; every step is
+    /// idempotent, so a recovery may repeat what the commit already did.
+    async fn roll_forward(&self, scope: &Scope, plan: &Value) -> Result<()> {
+        let tenant = scope.tenant().as_str();
+        let lines = plan["lines"].as_array().cloned().unwrap_or_default();
+        self.bulk(lines, &[409]).await?;
+        for context in plan["contexts"].as_array().into_iter().flatten() {
+            let (id, next) = (docs::text(context, "id"), docs::text(context, "next"));
+            self.append_context(tenant, &id, &next).await?;
+        }
+        for step in plan["deferred"].as_array().into_iter().flatten() {
+            if let Some(fact_id) = step["erase_fact"].as_str() {
+                self.erase_fact(scope, fact_id).await?;
+            } else if let Some(job_ids) = step["complete_jobs"].as_array() {
+                let finished = vec![json!({ "terms": { "id": job_ids } })];
+                self.erase_where(scope, "jobs", finished).await?;
+            } else {
+                return Err(Error::Storage(format!("commit journal: unknown step {step}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts back the journaled updates whose documents still hold what the commit
+    /// wrote; a document changed since is left as it is.
+    async fn roll_back(&self, tenant: &str, updates: &Value) -> Result<()> {
+        for update in updates.as_array().into_iter().flatten().rev() {
+            let (kind, id) = (docs::text(update, "index"), docs::text(update, "id"));
+            let Some(current) = self.get(&kind, &id, tenant).await? else {
+                continue;
+            };
+            if without_usage(&current.source) != without_usage(&update["after"]) {
+                continue;
+            }
+            let version = Some((current.seq_no, current.primary_term));
+            if update["before"].is_null() {
+                self.delete_doc(&kind, &id, tenant, version, true).await?;
+            } else {
+                // Uses counted since the commit stay counted.
+                let mut before = update["before"].clone();
+                for field in USAGE_FIELDS {
+                    if !current.source[field].is_null() {
+                        before[field] = current.source[field].clone();
+                    }
+                }
+                let answer = self.put(&kind, &id, tenant, before, version, true).await?;
+                if !answer.ok() && answer.status != 409 {
+                    return Err(failure(&kind, &answer));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes a fact and what links to it.
+    async fn erase_fact(&self, scope: &Scope, fact_id: &str) -> Result<()> {
+        let tenant = scope.tenant().as_str();
+        self.delete("facts", fact_id, tenant).await?;
+        let linked = vec![json!({ "term": { "superseded_by": fact_id } })];
+        let mut body = query::scoped(scope, linked, Some(json!([{ "id": "asc" }])), PAGE);
+        body["seq_no_primary_term"] = json!(true);
+        for hit in self.scoped_all(scope, "facts", body).await? {
+            let mut source = hit["_source"].clone();
+            if let Value::Object(map) = &mut source {
+                map.remove("superseded_by");
+            }
+            let id = docs::text(&source, "id");
+            let version = (
+                hit["_seq_no"].as_i64().unwrap_or(0),
+                hit["_primary_term"].as_i64().unwrap_or(1),
+            );
+            self.write_if("facts", &id, tenant, source, Some(version)).await?;
+        }
+        let touching = json!({ "bool": { "should": [
+            { "term": { "from_fact_id": fact_id } }, { "term": { "to_fact_id": fact_id } }
+        ], "minimum_should_match": 1 } });
+        self.erase_where(scope, "edges", vec![touching]).await?;
+        Ok(())
+    }
+
+    /// Plans the writes of a checked change set: reserves episode positions and reads
+    /// the session neighbours that give episodes their context.
+    async fn plan(&self, scope: &Scope, change_set: &ChangeSet, updates: Vec<Update>) -> Result<Plan> {
+        let tenant = scope.tenant().as_str();
+        let mut lines = Vec::new();
+        let mut create = |kind: &str, id: &str, body: Value| {
+            lines.push(json!({ "create": { "_index": self.index(kind), "_id": id, "routing": tenant } }));
+            lines.push(body);
+        };
+        let mut deferred = Vec::new();
+        // Stored episodes that get the first new episode of their session as context,
+        // once the new ones are written.
+        let mut contexts = Vec::new();
+        for change in &change_set.changes {
+            match change {
+                Change::InsertEpisodes(episodes) => {
+                    let first = self.allocate_positions(scope, episodes.len() as u64).await?;
+                    // Each episode is indexed with the episodes before and after it in its session.
+                    let mut neighbours: Vec<Vec<String>> = vec![Vec::new(); episodes.len()];
+                    let mut latest: HashMap<&str, usize> = HashMap::new();
+                    for (index, episode) in episodes.iter().enumerate() {
+                        let Some(session) = episode.session_id.as_deref() else {
+                            continue;
+                        };
+                        match latest.insert(session, index) {
+                            Some(before) => {
+                                neighbours[index].push(episodes[before].text.clone());
+                                neighbours[before].push(episode.text.clone());
+                            }
+                            None => {
+                                if let Some(stored) = self.last_episode(scope, session).await? {
+                                    neighbours[index].push(docs::text(&stored["_source"], "text"));
+                                    contexts
+                                        .push((docs::text(&stored["_source"], "id"), episode.text.clone()));
+                                }
+                            }
+                        }
+                    }
+                    for (offset, (episode, context)) in episodes.iter().zip(neighbours).enumerate() {
+                        let context = (!context.is_empty()).then(|| context.join("\n"));
+                        create(
+                            "episodes",
+                            &episode.id,
+                            docs::episode(scope, episode, first + offset as u64, context.as_deref()),
+                        );
+                    }
+                }
+                Change::InsertFact(fact) => create("facts", &fact.id, docs::fact(scope, fact)),
+                Change::InsertEdge(edge) => create("edges", &docs::edge_id(edge), docs::edge(scope, edge)),
+                Change::InsertTombstone(tombstone) => {
+                    create("tombstones", &tombstone.id, docs::tombstone(scope, tombstone))
+                }
+                Change::InsertPlaybook(playbook) => {
+                    create("playbooks", &playbook.id, docs::playbook(scope, playbook));
+                    create(
+                        "playbook-versions",
+                        &format!("{}:{}", playbook.id, playbook.version),
+                        docs::playbook_version(scope, playbook),
+                    );
+                }
+                Change::AppendPlaybookVersion { playbook, .. } => create(
+                    "playbook-versions",
+                    &format!("{}:{}", playbook.id, playbook.version),
+                    docs::playbook_version(scope, playbook),
+                ),
+                Change::EnqueueJob(job) => create("jobs", &job.id, docs::job(scope, job)),
+                Change::EraseFact { fact_id } => deferred.push(json!({ "erase_fact": fact_id })),
+                Change::CompleteJobs(job_ids) if !job_ids.is_empty() => {
+                    deferred.push(json!({ "complete_jobs": job_ids }))
+                }
+                Change::CompleteJobs(_)
+                | Change::RecordPlaybookOutcome { .. }
+                | Change::SupersedeFact { .. }
+                | Change::RetractFact { .. }
+                | Change::LiftTombstone { .. }
+                | Change::RequireEpisodes(_)
+                | Change::RequireNoActiveValue { .. }
+                | Change::RetryJob { .. }
+                | Change::MoveWatermark { .. } => {}
+            }
+        }
+        for decision in &change_set.decisions {
+            create("decisions", &decision.id, docs::decision(scope, decision));
+        }
+        for event in &change_set.audit {
+            create("audit", &event.id, docs::audit(scope, event));
+        }
+        Ok(Plan {
+            updates,
+            lines,
+            contexts,
+            deferred,
+        })
+    }
+
+    /// Reads and checks every precondition of the change set; returns the conditional
+    /// updates to make.
+    async fn check(&self, scope: &Scope, changes: &[Change]) -> Result<Vec<Update>> {
+        let mut updates = Vec::new();
+        let mut lifted = Vec::new();
+        for change in changes {
+            match change {
+                Change::SupersedeFact {
+                    fact_id,
+                    superseded_by,
+                    at,
+                } => {
+                    let doc = self.fact_doc(scope, fact_id).await?;
+                    let fact = docs::read_fact(&doc.source)?;
+                    if fact.status == FactStatus::Superseded
+                        && fact.superseded_by.as_deref() == Some(superseded_by)
+                    {
+                        continue; // replayed
+                    }
+                    require_status(&fact, &[FactStatus::Active])?;
+                    let mut after = doc.source.clone();
+                    after["status"] = json!("superseded");
+                    after["superseded_at"] = json!(docs::micros(*at));
+                    after["superseded_by"] = json!(superseded_by);
+                    updates.push(Update {
+                        index: "facts",
+                        id: fact_id.clone(),
+                        before: Some(doc),
+                        after,
+                        commutative: false,
+                    });
+                }
+                Change::RetractFact { fact_id, reason, at } => {
+                    let doc = self.fact_doc(scope, fact_id).await?;
+                    let fact = docs::read_fact(&doc.source)?;
+                    require_status(&fact, &[FactStatus::Active, FactStatus::Superseded])?;
+                    let mut after = doc.source.clone();
+                    after["status"] = json!("retracted");
+                    after["retracted_at"] = json!(docs::micros(*at));
+                    if let Some(reason) = reason {
+                        after["retraction_reason"] = json!(reason);
+                    }
+                    updates.push(Update {
+                        index: "facts",
+                        id: fact_id.clone(),
+                        before: Some(doc),
+                        after,
+                        commutative: false,
+                    });
+                }
+                Change::EraseFact { fact_id } => {
+                    self.fact_doc(scope, fact_id).await?;
+                }
+                Change::LiftTombstone { tombstone_id, at } => {
+                    let doc = self
+                        .owned(scope, "tombstones", tombstone_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "tombstone" })?;
+                    if !doc.source["lifted_at"].is_null() {
+                        return Err(Error::Conflict {
+                            code: "not_active",
+                            message: format!("tombstone {tombstone_id} is already lifted"),
+                        });
+                    }
+                    let mut after = doc.source.clone();
+                    after["lifted_at"] = json!(docs::micros(*at));
+                    lifted.push(doc.source["fingerprint"].as_str().unwrap_or_default().to_owned());
+                    updates.push(Update {
+                        index: "tombstones",
+                        id: tombstone_id.clone(),
+                        before: Some(doc),
+                        after,
+                        commutative: false,
+                    });
+                }
+                Change::InsertFact(fact) => {
+                    let value = fingerprint(&fact.text);
+                    if !lifted.contains(&value)
+                        && let Some(tombstone) = self.find_tombstone(scope, &value).await?
+                    {
+                        return Err(Error::Tombstoned {
+                            tombstone_id: tombstone.id,
+                        });
+                    }
+                }
+                Change::AppendPlaybookVersion {
+                    expected_version,
+                    playbook,
+                } => {
+                    let doc = self
+                        .owned(scope, "playbooks", &playbook.id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "playbook" })?;
+                    let current = doc.source["version"].as_u64().unwrap_or(0);
+                    if current != u64::from(*expected_version) {
+                        return Err(Error::Conflict {
+                            code: "version_conflict",
+                            message: format!(
+                                "playbook {} is at version {current}, not {expected_version}",
+                                playbook.id
+                            ),
+                        });
+                    }
+                    let mut after = docs::playbook(scope, playbook);
+                    after["success_count"] = doc.source["success_count"].clone();
+                    after["failure_count"] = doc.source["failure_count"].clone();
+                    after["use_count"] = doc.source["use_count"].clone();
+                    after["created_at"] = doc.source["created_at"].clone();
+                    if !doc.source["last_used_at"].is_null() {
+                        after["last_used_at"] = doc.source["last_used_at"].clone();
+                    }
+                    updates.push(Update {
+                        index: "playbooks",
+                        id: playbook.id.clone(),
+                        before: Some(doc),
+                        after,
+                        commutative: false,
+                    });
+                }
+                Change::RecordPlaybookOutcome {
+                    playbook_id,
+                    success,
+                    at,
+                } => {
+                    // A counter is a compare-and-set like any update (no script, so a
+                    // node without scripting serves it); a racing outcome retries.
+                    let doc = self
+                        .owned(scope, "playbooks", playbook_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "playbook" })?;
+                    let field = if *success {
+                        "success_count"
+                    } else {
+                        "failure_count"
+                    };
+                    let mut after = doc.source.clone();
+                    after[field] = json!(doc.source[field].as_u64().unwrap_or(0) + 1);
+                    after["last_used_at"] = json!(docs::micros(*at));
+                    updates.push(Update {
+                        index: "playbooks",
+                        id: playbook_id.clone(),
+                        before: Some(doc),
+                        after,
+                        commutative: true,
+                    });
+                }
+                Change::MoveWatermark { expected, to } => {
+                    let doc = self.state(scope).await?;
+                    let current = doc
+                        .as_ref()
+                        .and_then(|doc| doc.source["watermark"].as_u64())
+                        .unwrap_or(0);
+                    if current != *expected {
+                        return Err(Error::Conflict {
+                            code: "watermark_moved",
+                            message: format!(
+                                "another consolidation run moved the watermark from {expected} to {current}"
+                            ),
+                        });
+                    }
+                    let mut after = doc
+                        .as_ref()
+                        .map_or_else(|| fresh_state(scope), |doc| doc.source.clone());
+                    after["watermark"] = json!(to);
+                    updates.push(Update {
+                        index: "state",
+                        id: state_id(scope),
+                        before: doc,
+                        after,
+                        commutative: false,
+                    });
+                }
+                Change::RequireEpisodes(episode_ids) => {
+                    self.require_episodes(scope, episode_ids).await?;
+                }
+                Change::RequireNoActiveValue { fingerprint } => {
+                    if !self
+                        .find_active_facts_by_fingerprint(scope, fingerprint)
+                        .await?
+                        .is_empty()
+                    {
+                        return Err(Error::duplicate());
+                    }
+                }
+                Change::RetryJob { job_id, at } => {
+                    let doc = self
+                        .owned(scope, "jobs", job_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "job" })?;
+                    let mut after = doc.source.clone();
+                    after["attempts"] = json!(0);
+                    after["run_after"] = json!(docs::micros(*at));
+                    if let Value::Object(map) = &mut after {
+                        for field in ["dead_at", "last_error", "leased_until"] {
+                            map.remove(field);
+                        }
+                    }
+                    updates.push(Update {
+                        index: "jobs",
+                        id: job_id.clone(),
+                        before: Some(doc),
+                        after,
+                        commutative: false,
+                    });
+                }
+                Change::InsertEpisodes(_)
+                | Change::InsertEdge(_)
+                | Change::InsertTombstone(_)
+                | Change::InsertPlaybook(_)
+                | Change::EnqueueJob(_)
+                | Change::CompleteJobs(_) => {}
+            }
+        }
+        Ok(updates)
+    }
+
+    /// Fails with `evidence_erased` unless every listed episode is stored in the scope.
+    async fn require_episodes(&self, scope: &Scope, episode_ids: &[String]) -> Result<()> {
+        if episode_ids.is_empty() {
+            return Ok(());
+        }
+        let mut body = query::scoped(
+            scope,
+            vec![json!({ "terms": { "id": episode_ids } })],
+            None,
+            episode_ids.len(),
+        );
+        body["_source"] = json!(["id"]);
+        let found: HashSet<String> = self
+            .scoped_search(scope, "episodes", body)
+            .await?
+            .iter()
+            .map(|hit| docs::text(&hit["_source"], "id"))
+            .collect();
+        match episode_ids.iter().find(|id| !found.contains(id.as_str())) {
+            Some(missing) => Err(Error::evidence_erased(missing)),
+            None => Ok(()),
+        }
+    }
+
+    async fn fact_doc(&self, scope: &Scope, fact_id: &str) -> Result<Versioned> {
+        self.owned(scope, "facts", fact_id)
+            .await?
+            .ok_or(Error::NotFound { what: "fact" })
+    }
+
+    /// Makes the conditional updates; on a conflict, puts back the ones already made.
+    async fn apply_updates(&self, tenant: &str, updates: &[Update]) -> Result<Applied> {
+        let mut done: Vec<(&Update, i64, i64)> = Vec::new();
+        for update in updates {
+            let version = update
+                .before
+                .as_ref()
+                .map(|before| (before.seq_no, before.primary_term));
+            let answer = self
+                .write_if(update.index, &update.id, tenant, update.after.clone(), version)
+                .await?;
+            if answer.status == 409 {
+                for (previous, seq_no, primary_term) in done.into_iter().rev() {
+                    let at = Some((seq_no, primary_term));
+                    match &previous.before {
+                        None => {
+                            self.delete_doc(previous.index, &previous.id, tenant, at, true)
+                                .await?;
+                        }
+                        Some(before) => {
+                            self.write_if(previous.index, &previous.id, tenant, before.source.clone(), at)
+                                .await?;
+                        }
+                    }
+                }
+                let error = match update.index {
+                    "state" => Error::Conflict {
+                        code: "watermark_moved",
+                        message: "another consolidation run moved the watermark".into(),
+                    },
+                    "playbooks" => Error::Conflict {
+                        code: "version_conflict",
+                        message: format!("playbook {} changed concurrently", update.id),
+                    },
+                    _ => Error::not_active(&format!("{} {}", update.index.trim_end_matches('s'), update.id)),
+                };
+                // A use count that moved in between is no conflict: the commit is made again.
+                let recounted = match &update.before {
+                    Some(before) => self
+                        .get(update.index, &update.id, tenant)
+                        .await?
+                        .is_some_and(|now| without_usage(&now.source) == without_usage(&before.source)),
+                    None => false,
+                };
+                return Ok(Applied::Conflict {
+                    error,
+                    commutative: update.commutative || recounted,
+                });
+            }
+            let seq_no = answer.body["_seq_no"].as_i64().unwrap_or(0);
+            let primary_term = answer.body["_primary_term"].as_i64().unwrap_or(1);
+            done.push((update, seq_no, primary_term));
+        }
+        Ok(Applied::Done)
+    }
+
+    /// The latest stored episode of a session (a search hit, with its version).
+    async fn last_episode(&self, scope: &Scope, session_id: &str) -> Result<Option<Value>> {
+        let body = query::last_of_session(scope, session_id);
+        Ok(self
+            .scoped_search(scope, "episodes", body)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// Appends the text of the episode that followed a stored one to its context, once:
+    /// a replay finds it there. A concurrent change to the same document wins; the
+    /// context is ranking help only.
+    async fn append_context(&self, tenant: &str, id: &str, next: &str) -> Result<()> {
+        let Some(stored) = self.get("episodes", id, tenant).await? else {
+            return Ok(());
+        };
+        let mut source = stored.source;
+        let context = match source["context"].as_str() {
+            Some(context) if context == next || context.ends_with(&format!("\n{next}")) => return Ok(()),
+            Some(context) if !context.is_empty() => format!("{context}\n{next}"),
+            _ => next.to_owned(),
+        };
+        source["context"] = json!(context);
+        let version = Some((stored.seq_no, stored.primary_term));
+        let answer = self.write_if("episodes", id, tenant, source, version).await?;
+        if answer.ok() || answer.status == 409 {
+            Ok(())
+        } else {
+            Err(failure("episodes", &answer))
+        }
+    }
+}
+
+/// The fields that recall's use counting changes outside of any commit.
+const USAGE_FIELDS: [&str; 2] = ["use_count", "last_used_at"];
+
+/// A document without its use counts, to compare what commits wrote.
+fn without_usage(source: &Value) -> Value {
+    let mut source = source.clone();
+    if let Value::Object(map) = &mut source {
+        for field in USAGE_FIELDS {
+            map.remove(field);
+        }
+    }
+    source
+}
+
+/// The scope a journal was written in.
+fn journal_scope(journal: &Value) -> Result<Scope> {
+    let tenant = TenantId::parse(journal["tenant"].as_str().unwrap_or_default())?;
+    let user = UserId::parse(journal["user"].as_str().unwrap_or_default())?;
+    #[allow(clippy::disallowed_methods)]
+    let scope = Scope::of_stored_record(tenant, user, docs::text(journal, "subject"));
+    Ok(scope)
+}

@@ -1,0 +1,445 @@
+//! Fault injection: a small HTTP/1.1 proxy in front of the real node fails one chosen
+//! request of a commit, at every point in turn, in two ways: the request never reaches
+//! the node, or it reaches it and the answer is lost. After recovery the store holds
+//! the whole commit or none of it. A third test stalls a commit just before its commit
+//! point and lets recovery take it over.
+
+use cairn_core::{
+    AuditEvent, Change, ChangeSet, Decision, DecisionKind, Error, Fact, FactStatus, MemoryStore, PageRequest,
+    Scope,
+};
+use cairn_store_cluster::ClusterStore;
+use chrono::Utc;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The request never reaches the node; the client gets a 503.
+    Refuse,
+    /// The node handles the request; the client gets a 503 instead of its answer.
+    LoseAnswer,
+    /// The request waits until released, then goes through.
+    Hold,
+}
+
+#[derive(Default)]
+struct State {
+    seen: usize,
+    fault: Option<(usize, Mode)>,
+    fired: bool,
+    holding: bool,
+    released: bool,
+    log: Vec<String>,
+}
+
+#[derive(Default)]
+struct Control {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Control {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The proxy: every client connection gets a thread and its own upstream connection.
+struct Proxy {
+    url: String,
+    control: Arc<Control>,
+}
+
+impl Proxy {
+    fn start(upstream: &str) -> Proxy {
+        let upstream = upstream
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let url = format!("http://{}", listener.local_addr().expect("proxy address"));
+        let control = Arc::new(Control::default());
+        let shared = Arc::clone(&control);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let (control, upstream) = (Arc::clone(&shared), upstream.clone());
+                std::thread::spawn(move || {
+                    let _ = serve(client, &upstream, &control);
+                });
+            }
+        });
+        Proxy { url, control }
+    }
+
+    /// Counts requests from zero and applies `mode` to request number `at`.
+    fn arm(&self, at: usize, mode: Mode) {
+        let mut state = self.control.lock();
+        *state = State {
+            fault: Some((at, mode)),
+            ..State::default()
+        };
+    }
+
+    /// Stops injecting; whether the fault fired, and the requests seen since `arm`.
+    fn disarm(&self) -> (bool, Vec<String>) {
+        let mut state = self.control.lock();
+        state.fault = None;
+        state.released = true;
+        self.control.changed.notify_all();
+        (state.fired, std::mem::take(&mut state.log))
+    }
+
+    fn wait_until_holding(&self) {
+        let mut state = self.control.lock();
+        while !state.holding {
+            state = self
+                .control
+                .changed
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    fn release(&self) {
+        self.control.lock().released = true;
+        self.control.changed.notify_all();
+    }
+}
+
+/// One HTTP message: its head (through the blank line) and body, as raw bytes.
+fn read_message(reader: &mut impl BufRead, bodiless: bool) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut head = Vec::new();
+    let mut length = 0usize;
+    let mut chunked = false;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        head.extend_from_slice(line.as_bytes());
+        let lower = line.to_ascii_lowercase();
+        if let Some(value) = lower.strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+        if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
+            chunked = true;
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = Vec::new();
+    if bodiless {
+        return Ok(Some((head, body)));
+    }
+    if chunked {
+        loop {
+            let mut size_line = String::new();
+            reader.read_line(&mut size_line)?;
+            body.extend_from_slice(size_line.as_bytes());
+            let size =
+                usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16).unwrap_or(0);
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk)?;
+            body.extend_from_slice(&chunk);
+            if size == 0 {
+                break;
+            }
+        }
+    } else {
+        body.resize(length, 0);
+        reader.read_exact(&mut body)?;
+    }
+    Ok(Some((head, body)))
+}
+
+fn unavailable(client: &mut TcpStream) -> std::io::Result<()> {
+    let body =
+        r#"{"error":{"type":"injected_fault","reason":"fault injected by the test proxy"},"status":503}"#;
+    write!(
+        client,
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn serve(mut client: TcpStream, upstream: &str, control: &Control) -> std::io::Result<()> {
+    let mut requests = BufReader::new(client.try_clone()?);
+    let mut node: Option<(TcpStream, BufReader<TcpStream>)> = None;
+    while let Some((head, body)) = read_message(&mut requests, false)? {
+        let line = String::from_utf8_lossy(&head)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let mode = {
+            let mut state = control.lock();
+            let index = state.seen;
+            state.seen += 1;
+            state.log.push(line.clone());
+            match state.fault {
+                Some((at, mode)) if at == index => {
+                    state.fired = true;
+                    Some(mode)
+                }
+                _ => None,
+            }
+        };
+        if mode == Some(Mode::Refuse) {
+            unavailable(&mut client)?;
+            continue;
+        }
+        if mode == Some(Mode::Hold) {
+            let mut state = control.lock();
+            state.holding = true;
+            control.changed.notify_all();
+            while !state.released {
+                state = control
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+        }
+        if node.is_none() {
+            let stream = TcpStream::connect(upstream)?;
+            let reader = BufReader::new(stream.try_clone()?);
+            node = Some((stream, reader));
+        }
+        let Some((stream, answers)) = node.as_mut() else {
+            return Ok(());
+        };
+        stream.write_all(&head)?;
+        stream.write_all(&body)?;
+        let Some((answer_head, answer_body)) = read_message(answers, line.starts_with("HEAD "))? else {
+            return Ok(());
+        };
+        if mode == Some(Mode::LoseAnswer) {
+            unavailable(&mut client)?;
+        } else {
+            client.write_all(&answer_head)?;
+            client.write_all(&answer_body)?;
+        }
+    }
+    Ok(())
+}
+
+/// Two active facts and the change set under test: a new fact supersedes the first,
+/// the second is retracted, with a decision and an audit event.
+struct World {
+    first: Fact,
+    second: Fact,
+    new: Fact,
+    decision: Decision,
+    audit: AuditEvent,
+}
+
+impl World {
+    async fn seed(store: &ClusterStore, scope: &Scope) -> World {
+        let now = Utc::now();
+        let first = cairn_store_tests::fact("The user lives in Paris", now);
+        let second = cairn_store_tests::fact("The user plays chess", now);
+        for fact in [&first, &second] {
+            store
+                .commit(
+                    scope,
+                    ChangeSet::new(cairn_store_tests::audit(scope, "fact.create"))
+                        .with(Change::InsertFact(fact.clone())),
+                )
+                .await
+                .expect("seed");
+        }
+        let new = cairn_store_tests::fact("The user lives in Lyon", now + chrono::Duration::seconds(1));
+        let decision = Decision {
+            id: cairn_core::new_id("dec"),
+            kind: DecisionKind::Updates,
+            reason: "the user moved".into(),
+            fact_id: Some(new.id.clone()),
+            target_ids: vec![first.id.clone()],
+            origin: "api".into(),
+            created_at: now,
+        };
+        let audit = cairn_store_tests::audit(scope, "fact.supersede");
+        World {
+            first,
+            second,
+            new,
+            decision,
+            audit,
+        }
+    }
+
+    fn change_set(&self) -> ChangeSet {
+        let mut change_set = ChangeSet::new(self.audit.clone())
+            .with(Change::InsertFact(self.new.clone()))
+            .with(Change::SupersedeFact {
+                fact_id: self.first.id.clone(),
+                superseded_by: self.new.id.clone(),
+                at: self.new.created_at,
+            })
+            .with(Change::RetractFact {
+                fact_id: self.second.id.clone(),
+                reason: Some("never true".into()),
+                at: self.new.created_at,
+            });
+        change_set.decisions.push(self.decision.clone());
+        change_set
+    }
+
+    /// Asserts that the store holds all of the change set or none of it; returns which.
+    async fn whole(&self, store: &ClusterStore, scope: &Scope) -> bool {
+        let get = |id: String| async move { store.get_fact(scope, &id).await.expect("get fact") };
+        let first = get(self.first.id.clone()).await.expect("the first fact stays");
+        let second = get(self.second.id.clone()).await.expect("the second fact stays");
+        let new = get(self.new.id.clone()).await;
+        let all = PageRequest {
+            limit: 100,
+            cursor: None,
+        };
+        let audited = store
+            .list_audit(scope, &all)
+            .await
+            .expect("audit")
+            .items
+            .iter()
+            .any(|event| event.id == self.audit.id);
+        let decided = store
+            .list_decisions(scope, &all)
+            .await
+            .expect("decisions")
+            .items
+            .iter()
+            .any(|decision| decision.id == self.decision.id);
+        let committed = new.is_some();
+        let seen = (
+            first.status,
+            first.superseded_by.clone(),
+            second.status,
+            audited,
+            decided,
+        );
+        let expected = if committed {
+            (
+                FactStatus::Superseded,
+                Some(self.new.id.clone()),
+                FactStatus::Retracted,
+                true,
+                true,
+            )
+        } else {
+            (FactStatus::Active, None, FactStatus::Active, false, false)
+        };
+        assert_eq!(seen, expected, "committed: {committed}");
+        committed
+    }
+}
+
+async fn stores() -> Option<(Proxy, ClusterStore, ClusterStore, super::Indices)> {
+    let (url, direct, cleanup) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await?;
+    direct.bootstrap().await.expect("bootstrap");
+    let proxy = Proxy::start(&url);
+    let proxied = ClusterStore::connect(&proxy.url, direct.prefix(), 3)
+        .await
+        .expect("the proxy answers");
+    proxied.bootstrap().await.expect("bootstrap through the proxy");
+    Some((proxy, direct, proxied, cleanup))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_is_whole_after_a_failure_at_any_point() {
+    let Some((proxy, direct, proxied, _cleanup)) = stores().await else {
+        return;
+    };
+    for mode in [Mode::Refuse, Mode::LoseAnswer] {
+        let mut point = 0;
+        let (mut committed_after_failure, mut rolled_back) = (0, 0);
+        loop {
+            let scope = cairn_store_tests::scope("acme", &format!("user-{mode:?}-{point}"));
+            let world = World::seed(&direct, &scope).await;
+            proxy.arm(point, mode);
+            let result = proxied.commit(&scope, world.change_set()).await;
+            let (fired, log) = proxy.disarm();
+            direct.recover_commits(Duration::ZERO).await.expect("recovery");
+            let committed = world.whole(&direct, &scope).await;
+            assert_eq!(
+                direct.recover_commits(Duration::ZERO).await.expect("again"),
+                0,
+                "recovery leaves no journal"
+            );
+            if !fired {
+                result.expect("a commit without a fault succeeds");
+                assert!(committed);
+                eprintln!(
+                    "{mode:?}: {point} failure points, {committed_after_failure} finished by recovery, \
+                     {rolled_back} rolled back; requests: {log:#?}"
+                );
+                break;
+            }
+            assert!(
+                matches!(result, Err(Error::Unavailable(_))),
+                "{mode:?} at request {point} ({}): {result:?}",
+                log.last().map(String::as_str).unwrap_or_default()
+            );
+            if committed {
+                committed_after_failure += 1;
+            } else {
+                rolled_back += 1;
+            }
+            point += 1;
+        }
+        // Reads, the journal, two updates, the commit point, the bulk, the cleanup.
+        assert!(point >= 8, "{mode:?}: only {point} requests were tried");
+        assert!(
+            rolled_back > 0 && committed_after_failure > 0,
+            "both outcomes are exercised"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_takes_over_a_commit_stalled_before_its_commit_point() {
+    let Some((proxy, direct, proxied, _cleanup)) = stores().await else {
+        return;
+    };
+    // A clean run of the same shape shows which request is the commit point.
+    let rehearsal = cairn_store_tests::scope("acme", "rehearsal");
+    let world = World::seed(&direct, &rehearsal).await;
+    proxy.arm(usize::MAX, Mode::Hold);
+    proxied
+        .commit(&rehearsal, world.change_set())
+        .await
+        .expect("rehearsal");
+    let (_, log) = proxy.disarm();
+    let commit_point = log
+        .iter()
+        .position(|line| line.contains("-commits/_doc/") && line.contains("if_seq_no"))
+        .expect("the journal is marked committed by compare-and-set");
+
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let world = World::seed(&direct, &scope).await;
+    proxy.arm(commit_point, Mode::Hold);
+    let stalled = {
+        let (proxied, scope, change_set) = (proxied.clone(), scope.clone(), world.change_set());
+        tokio::spawn(async move { proxied.commit(&scope, change_set).await })
+    };
+    let waiting = Arc::new(proxy);
+    let holder = Arc::clone(&waiting);
+    tokio::task::spawn_blocking(move || holder.wait_until_holding())
+        .await
+        .expect("held");
+    // Both updates are made; the commit has not passed its commit point.
+    let first = direct
+        .get_fact(&scope, &world.first.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(first.status, FactStatus::Superseded);
+    assert_eq!(direct.recover_commits(Duration::ZERO).await.expect("recovery"), 1);
+    waiting.release();
+    let result = stalled.await.expect("task");
+    assert!(matches!(result, Err(Error::Unavailable(_))), "{result:?}");
+    assert!(!world.whole(&direct, &scope).await, "rolled back");
+    waiting.disarm();
+}
