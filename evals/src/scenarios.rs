@@ -356,7 +356,7 @@ async fn run_scenario(
             ConsolidateOptions {
                 dry_run: false,
                 from_start: true,
-                max_batches: None,
+                ..ConsolidateOptions::default()
             },
         )
         .await?;

@@ -29,6 +29,13 @@ pub enum Error {
     /// A model provider (LLM, remote reranker) failed or answered unusably.
     #[error("model provider failure: {0}")]
     Provider(String),
+    /// A quota of the tenant is spent until a known time (the LLM token budget).
+    #[error("{message}")]
+    QuotaExhausted {
+        code: &'static str,
+        message: String,
+        retry_after_seconds: u64,
+    },
 }
 
 impl Error {
@@ -43,6 +50,7 @@ impl Error {
             Error::Storage(_) => "internal_error",
             Error::Unavailable(_) => "unavailable",
             Error::Provider(_) => "provider_error",
+            Error::QuotaExhausted { code, .. } => code,
         }
     }
 

@@ -213,13 +213,22 @@ fn main() {
         let config = cairn_server::config::Config { models_dir: models, ..Default::default() };
         let embedder: Arc<dyn Embedder> =
             Arc::new(OnnxEmbedder::load(&config.embedder()).expect("run scripts/setup first"));
-        let mut settings = Settings { bump_usage_on_recall: false, ..Settings::default() };
+        // The service's defaults, use counting included: recall notes uses in memory and
+        // a task writes them each second, as `cairn serve`'s maintenance task does.
+        let mut settings = Settings::default();
         match legs.as_str() {
             "bm25" => settings.knn_weight = 0.0,
             "knn" => settings.bm25_weight = 0.0,
             _ => {}
         }
         let cairn = Cairn::new(Arc::clone(&store), Some(Arc::clone(&embedder)), settings);
+        let flusher = cairn.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                flusher.flush_usage().await.expect("write use counts");
+            }
+        });
         let mut sequence = Sequence(0x9e37_79b9_7f4a_7c15);
 
         // Ingest throughput: episodes through the ingest use case, embedding included, all

@@ -95,6 +95,9 @@ pub struct Config {
     pub consolidation_max_attempts: u32,
     /// Batches a background run consolidates before its scope gives up its turn.
     pub consolidation_max_batches_per_run: usize,
+    /// LLM tokens (input and output) a tenant's consolidation may spend per UTC day;
+    /// 0 for no limit.
+    pub consolidation_token_budget: u64,
     /// Requests' worth of the tenant's rate limit that an explicit consolidation run
     /// (a synchronous ingest, `POST /consolidate`) costs.
     pub consolidation_run_cost: u32,
@@ -173,6 +176,7 @@ impl Default for Config {
             consolidation_retry_base_ms: 5_000,
             consolidation_lease_seconds: 120,
             consolidation_max_attempts: 8,
+            consolidation_token_budget: 0,
             consolidation_max_batches_per_run: 5,
             consolidation_run_cost: 10,
             rate_limit_per_second: 50,
@@ -250,6 +254,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("consolidation_retry_base_ms", Kind::Integer),
     ("consolidation_lease_seconds", Kind::Integer),
     ("consolidation_max_attempts", Kind::Integer),
+    ("consolidation_token_budget", Kind::Integer),
     ("consolidation_max_batches_per_run", Kind::Integer),
     ("consolidation_run_cost", Kind::Integer),
     ("rate_limit_per_second", Kind::Integer),

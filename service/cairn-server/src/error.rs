@@ -53,6 +53,7 @@ impl ApiError {
                     Core::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
                     Core::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
                     Core::Provider(_) => StatusCode::BAD_GATEWAY,
+                    Core::QuotaExhausted { .. } => StatusCode::TOO_MANY_REQUESTS,
                 };
                 let message = match error {
                     Core::Storage(_) => {
@@ -64,6 +65,7 @@ impl ApiError {
                             .to_owned()
                     }
                     Core::Invalid { .. }
+                    | Core::QuotaExhausted { .. }
                     | Core::NotFound { .. }
                     | Core::Conflict { .. }
                     | Core::Tombstoned { .. }
@@ -113,7 +115,10 @@ impl ResponseError for ApiError {
                     HeaderValue::from_static("Bearer realm=\"cairn\""),
                 ));
             }
-            ApiError::RateLimited { retry_after_seconds } => {
+            ApiError::RateLimited { retry_after_seconds }
+            | ApiError::Core(cairn_core::Error::QuotaExhausted {
+                retry_after_seconds, ..
+            }) => {
                 response.insert_header((header::RETRY_AFTER, retry_after_seconds.to_string()));
             }
             ApiError::Core(_)

@@ -171,6 +171,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
             ),
             max_attempts: config.consolidation_max_attempts,
             max_batches_per_run: config.consolidation_max_batches_per_run,
+            tenant_token_budget: config.consolidation_token_budget,
             ..ConsolidationSettings::default()
         },
         ..Settings::default()

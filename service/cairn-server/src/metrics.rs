@@ -83,7 +83,13 @@ impl Metrics {
 
     /// Counts a finished run (dry runs count as runs; their decisions are not counted).
     pub fn observe_consolidation(&self, outcome: &ConsolidationOutcome, trigger: &str) {
-        let result = if outcome.dry_run { "dry_run" } else { "ok" };
+        let result = if outcome.dry_run {
+            "dry_run"
+        } else if outcome.deferred_until.is_some() {
+            "deferred"
+        } else {
+            "ok"
+        };
         self.consolidation_runs
             .with_label_values(&[trigger, result])
             .inc();

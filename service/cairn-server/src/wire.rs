@@ -124,6 +124,7 @@ impl ConsolidateBody {
             dry_run: self.dry_run,
             from_start: self.from_start,
             max_batches: None,
+            background: false,
         }
     }
 }
@@ -146,6 +147,12 @@ pub fn consolidation(outcome: &ConsolidationOutcome) -> Value {
             "output_tokens": outcome.usage.output_tokens,
             "cost_usd": outcome.usage.cost_usd,
         },
+        "deferred_until": outcome.deferred_until.map(|at| at.to_rfc3339()),
+        "token_budget": outcome.token_budget.as_ref().map(|budget| json!({
+            "tokens_per_day": budget.tokens_per_day,
+            "used_today": budget.used_today,
+            "resets_at": budget.resets_at.to_rfc3339(),
+        })),
     })
 }
 

@@ -4,6 +4,7 @@
 //! then owner-checked apply. A batch's writes, decisions, finished jobs and the
 //! watermark move commit together, so a crash re-runs the batch and never doubles it.
 
+mod budget;
 pub(crate) mod language;
 pub mod offline;
 
@@ -19,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use budget::TokenBudget;
 pub use offline::{OfflineExtractor, OfflineJudge};
 
 /// Tunables of consolidation.
@@ -52,6 +54,9 @@ pub struct ConsolidationSettings {
     pub max_assistant_context: usize,
     /// Batches a background run consolidates before the scope gives up its turn.
     pub max_batches_per_run: usize,
+    /// LLM tokens (input and output) a tenant's consolidation may spend per UTC day;
+    /// 0 for no limit.
+    pub tenant_token_budget: u64,
 }
 
 impl Default for ConsolidationSettings {
@@ -70,6 +75,7 @@ impl Default for ConsolidationSettings {
             max_pending_jobs_per_scope: 8,
             max_assistant_context: 20,
             max_batches_per_run: 5,
+            tenant_token_budget: 0,
         }
     }
 }
@@ -83,6 +89,8 @@ pub struct Consolidator {
     wake: Arc<tokio::sync::Notify>,
     /// The tenant whose job was claimed last: the next claim starts after it.
     last_tenant: Arc<Mutex<Option<String>>>,
+    /// Tokens spent per tenant today, against the token budget.
+    ledger: Arc<budget::Ledger>,
 }
 
 /// What serialises a scope's consolidation runs and its erasure. An erasure announces
@@ -139,6 +147,7 @@ impl Consolidator {
             locks: Arc::default(),
             wake: Arc::default(),
             last_tenant: Arc::default(),
+            ledger: Arc::default(),
         }
     }
 
@@ -187,6 +196,9 @@ pub struct ConsolidateOptions {
     /// Stop after this many batches, leaving a queued job for the rest (background runs
     /// take turns with other scopes instead of following a flood of ingests).
     pub max_batches: Option<usize>,
+    /// A background run: with the token budget spent it defers its work to a job due
+    /// when the budget resets, where an explicit run is refused.
+    pub background: bool,
 }
 
 /// What one run did (or, dry, would do).
@@ -202,6 +214,10 @@ pub struct ConsolidationOutcome {
     pub usage: Usage,
     pub extractor: String,
     pub judge: String,
+    /// Set when the token budget ran out: the rest waits in a job due at this time.
+    pub deferred_until: Option<DateTime<Utc>>,
+    /// The tenant's token budget after the run, when one is configured.
+    pub token_budget: Option<TokenBudget>,
 }
 
 /// A current fact in the run's view: from the store, or created earlier in this run.
@@ -264,6 +280,7 @@ impl Cairn {
         };
         let options = ConsolidateOptions {
             max_batches: Some(settings.max_batches_per_run),
+            background: true,
             ..ConsolidateOptions::default()
         };
         match self.consolidate(&scope, &context, options).await {
@@ -347,6 +364,9 @@ impl Cairn {
         context: &RequestContext,
         options: ConsolidateOptions,
     ) -> Result<ConsolidationOutcome> {
+        if !options.background {
+            self.require_budget(scope.tenant())?;
+        }
         let lock = self.consolidator.lock_for(scope)?;
         let _guard = lock.exclusive.lock().await;
         lock.check_not_erasing()?;
@@ -368,6 +388,8 @@ impl Cairn {
             usage: Usage::default(),
             extractor: self.consolidator.extractor.name().to_owned(),
             judge: self.consolidator.judge.name().to_owned(),
+            deferred_until: None,
+            token_budget: None,
         };
         let mut working = WorkingSet {
             facts: HashMap::new(),
@@ -384,6 +406,42 @@ impl Cairn {
             let Some(last) = batch.last().map(|logged| logged.position) else {
                 break;
             };
+            if let Some(resets_at) = self.budget_spent(scope.tenant()) {
+                // The rest waits for the budget to reset, in a job of its own.
+                outcome.deferred_until = Some(resets_at);
+                if !options.dry_run {
+                    lock.check_not_erasing()?;
+                    let deferred = ConsolidationJob {
+                        id: new_id("job"),
+                        subject: scope.subject().to_owned(),
+                        request_id: context.request_id.clone(),
+                        assistant_context: assistant_context.clone(),
+                        created_at: now(),
+                        run_after: resets_at,
+                        attempts: 0,
+                        last_error: None,
+                        dead_at: None,
+                    };
+                    let event = crate::audit_event(
+                        scope,
+                        context,
+                        "consolidation.deferred",
+                        vec![deferred.id.clone()],
+                        serde_json::json!({ "run_id": run_id, "until": resets_at.to_rfc3339(), "reason": "token_budget" }),
+                    );
+                    let set = ChangeSet::new(event)
+                        .with(Change::CompleteJobs(job_ids.clone()))
+                        .with(Change::EnqueueJob(deferred));
+                    self.store.commit(scope, set).await?;
+                }
+                tracing::warn!(
+                    tenant = %scope.tenant(),
+                    run = %run_id,
+                    until = %resets_at.to_rfc3339(),
+                    "token budget spent; consolidation deferred"
+                );
+                break;
+            }
             let episodes: Vec<Episode> = batch.into_iter().map(|logged| logged.episode).collect();
             let earlier = self
                 .store
@@ -428,6 +486,7 @@ impl Cairn {
                 },
             )
             .await?;
+            self.charge_tokens(scope.tenant(), &plan.usage);
             outcome.usage.add(plan.usage);
             let next_watermark = watermark.max(last);
             let last_batch = self.store.episodes_after(scope, last, 1).await?.is_empty();
@@ -472,7 +531,11 @@ impl Cairn {
                 break;
             }
         }
-        if outcome.episodes_read == 0 && !job_ids.is_empty() && !options.dry_run {
+        if outcome.episodes_read == 0
+            && outcome.deferred_until.is_none()
+            && !job_ids.is_empty()
+            && !options.dry_run
+        {
             // Nothing new (another run consumed the episodes): the jobs are done.
             let event = run_audit(scope, context, "consolidation.run", Vec::new(), &run_id, 0);
             self.store
@@ -480,6 +543,7 @@ impl Cairn {
                 .await?;
         }
         outcome.watermark = watermark;
+        outcome.token_budget = self.token_budget(scope.tenant());
         tracing::info!(
             tenant = %scope.tenant(),
             run = %run_id,

@@ -1157,3 +1157,138 @@ async fn a_described_procedure_becomes_a_playbook() {
         .unwrap_or_default();
     assert_eq!(steps.len(), 3, "{playbooks}");
 }
+
+/// A tenant's LLM token budget: the background run that spends it defers the rest of
+/// the backlog to a job due when the UTC day turns, an explicit run is refused with
+/// 429 until then, and another tenant's consolidation goes on.
+#[actix_web::test]
+async fn a_spent_token_budget_defers_background_runs_and_refuses_explicit_ones() {
+    let places = ["Lisbon", "Kyoto", "Oslo", "Quito", "Hanoi", "Dakar"];
+    let script = Arc::new(Mutex::new(Script {
+        extract: vec![
+            (
+                "I love Lisbon",
+                vec![("The user loves Lisbon.", "preference", None)],
+            ),
+            (
+                "I love Kyoto",
+                vec![("The user loves Kyoto.", "preference", None)],
+            ),
+            ("I love Oslo", vec![("The user loves Oslo.", "preference", None)]),
+            (
+                "I love Quito",
+                vec![("The user loves Quito.", "preference", None)],
+            ),
+            (
+                "I love Hanoi",
+                vec![("The user loves Hanoi.", "preference", None)],
+            ),
+            (
+                "I love Dakar",
+                vec![("The user loves Dakar.", "preference", None)],
+            ),
+        ],
+        ..Script::default()
+    }));
+    let url = fake_llm(Arc::clone(&script)).await;
+    let directory = tempfile::tempdir().expect("temp dir");
+    let mut configured = config(&directory);
+    llm_config(&mut configured, "openai", url);
+    configured.consolidation_batch_size = 2;
+    // Less than one batch costs: the first batch runs, then the budget is spent.
+    configured.consolidation_token_budget = 50;
+    let state = web::Data::new(build_state(&configured).await.expect("state"));
+    let service = test::init_service(http::app(state.clone())).await;
+    let owner = token("acme", ALL);
+    let messages: Vec<Value> = places
+        .iter()
+        .map(|place| json!({ "role": "user", "content": format!("I love {place}") }))
+        .collect();
+    let (status, body, _) = call(
+        &service,
+        Method::POST,
+        "/v1/users/ines/episodes",
+        Some(&owner),
+        Some(json!({ "messages": messages })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let worker = spawn_consolidation_worker(state);
+    let mut deferred = Value::Null;
+    for _ in 0..200 {
+        let jobs = items!(&service, &owner, "/v1/users/ines/jobs");
+        if let Some(job) = jobs.iter().find(|job| {
+            job["run_after"]
+                .as_str()
+                .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+                .is_some_and(|at| at > chrono::Utc::now() + chrono::Duration::seconds(5))
+        }) {
+            deferred = job.clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let tomorrow = (chrono::Utc::now().date_naive() + chrono::Duration::days(1))
+        .and_hms_opt(0, 0, 0)
+        .expect("midnight")
+        .and_utc();
+    let due = deferred["run_after"]
+        .as_str()
+        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+        .expect("a deferred job");
+    assert_eq!(due, tomorrow, "{deferred}");
+    let found = facts!(&service, &owner, "ines");
+    assert_eq!(
+        found.len(),
+        2,
+        "one batch of two, then the budget was spent: {found:#?}"
+    );
+    let trail = items!(&service, &owner, "/v1/users/ines/audit?limit=100");
+    assert!(
+        trail
+            .iter()
+            .any(|event| event["action"] == "consolidation.deferred"),
+        "{trail:#?}"
+    );
+    let (_, metrics, _) = call(&service, Method::GET, "/metrics", None, None).await;
+    assert!(
+        metrics
+            .as_str()
+            .unwrap_or_default()
+            .contains(r#"cairn_consolidation_runs_total{result="deferred",trigger="job"} 1"#),
+        "{metrics}"
+    );
+
+    let calls = script.lock().expect("lock").calls;
+    let request = test::TestRequest::post()
+        .uri("/v1/users/ines/consolidate")
+        .insert_header(("authorization", format!("Bearer {owner}")))
+        .set_json(json!({}))
+        .to_request();
+    let refused = test::call_service(&service, request).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: i64 = refused
+        .headers()
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok())
+        .expect("Retry-After");
+    assert!((1..=86_400).contains(&retry_after), "{retry_after}");
+    let body: Value = test::read_body_json(refused).await;
+    assert_eq!(body["error"]["code"], "token_budget_exhausted", "{body}");
+    assert_eq!(
+        script.lock().expect("lock").calls,
+        calls,
+        "no LLM call once spent"
+    );
+
+    // Another tenant has its own budget.
+    let other = token("globex", ALL);
+    let body = ingest!(&service, &other, "ines", [{ "role": "user", "content": "I love Quito" }]);
+    assert_eq!(
+        body["consolidation"]["run"]["token_budget"]["tokens_per_day"], 50,
+        "the budget is reported: {body}"
+    );
+    worker.abort();
+    assert_eq!(facts!(&service, &other, "ines").len(), 1);
+}

@@ -1,0 +1,132 @@
+//! The per-tenant LLM token budget: tokens (input and output) that a tenant's
+//! consolidation may spend per UTC day. A run checks it before each batch: a
+//! background run that finds it spent defers the rest of its work to a job due when the
+//! day turns, and an explicit run that finds it spent before its first batch is
+//! refused with 429. Counted per process (each replica enforces it on its own runs).
+
+use super::Consolidator;
+use crate::Cairn;
+use cairn_core::{Result, TenantId, Usage};
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Tokens spent per tenant on one day.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    spent: Mutex<HashMap<String, (NaiveDate, u64)>>,
+}
+
+/// A tenant's budget as reported with a consolidation outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenBudget {
+    pub tokens_per_day: u64,
+    pub used_today: u64,
+    pub resets_at: DateTime<Utc>,
+}
+
+/// When the UTC day of `at` ends.
+fn day_end(at: DateTime<Utc>) -> DateTime<Utc> {
+    let next = at.date_naive() + Duration::days(1);
+    next.and_hms_opt(0, 0, 0)
+        .map_or(at, |midnight| midnight.and_utc())
+}
+
+impl Ledger {
+    fn used(&self, tenant: &str, at: DateTime<Utc>) -> u64 {
+        let spent = self.spent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match spent.get(tenant) {
+            Some((day, tokens)) if *day == at.date_naive() => *tokens,
+            _ => 0,
+        }
+    }
+
+    fn charge(&self, tenant: &str, at: DateTime<Utc>, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        let mut spent = self.spent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let entry = spent.entry(tenant.to_owned()).or_insert((at.date_naive(), 0));
+        if entry.0 != at.date_naive() {
+            *entry = (at.date_naive(), 0);
+        }
+        entry.1 = entry.1.saturating_add(tokens);
+    }
+}
+
+impl Consolidator {
+    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+}
+
+impl Cairn {
+    /// The tenant's token budget today; `None` when no budget is configured.
+    pub fn token_budget(&self, tenant: &TenantId) -> Option<TokenBudget> {
+        let tokens_per_day = self.settings.consolidation.tenant_token_budget;
+        if tokens_per_day == 0 {
+            return None;
+        }
+        let at = crate::now();
+        Some(TokenBudget {
+            tokens_per_day,
+            used_today: self.consolidator.ledger().used(tenant.as_str(), at),
+            resets_at: day_end(at),
+        })
+    }
+
+    /// When the tenant's budget is spent: the time it resets.
+    pub(crate) fn budget_spent(&self, tenant: &TenantId) -> Option<DateTime<Utc>> {
+        self.token_budget(tenant)
+            .filter(|budget| budget.used_today >= budget.tokens_per_day)
+            .map(|budget| budget.resets_at)
+    }
+
+    /// Counts tokens a run spent against its tenant's budget.
+    pub(crate) fn charge_tokens(&self, tenant: &TenantId, usage: &Usage) {
+        self.consolidator.ledger().charge(
+            tenant.as_str(),
+            crate::now(),
+            usage.input_tokens.saturating_add(usage.output_tokens),
+        );
+    }
+
+    /// Refuses an explicit run while the tenant's budget is spent.
+    pub(crate) fn require_budget(&self, tenant: &TenantId) -> Result<()> {
+        match self.budget_spent(tenant) {
+            Some(resets_at) => Err(cairn_core::Error::QuotaExhausted {
+                code: "token_budget_exhausted",
+                message: format!(
+                    "the tenant's LLM token budget for today is spent; consolidation resumes at {}",
+                    resets_at.to_rfc3339()
+                ),
+                retry_after_seconds: u64::try_from((resets_at - crate::now()).num_seconds().max(1))
+                    .unwrap_or(1),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spending_is_counted_per_tenant_and_day() {
+        let ledger = Ledger::default();
+        let monday = DateTime::parse_from_rfc3339("2026-11-30T23:59:00Z")
+            .expect("time")
+            .with_timezone(&Utc);
+        ledger.charge("acme", monday, 700);
+        ledger.charge("acme", monday, 300);
+        ledger.charge("globex", monday, 5);
+        assert_eq!(ledger.used("acme", monday), 1_000);
+        assert_eq!(ledger.used("globex", monday), 5);
+        let tuesday = monday + Duration::minutes(2);
+        assert_eq!(ledger.used("acme", tuesday), 0, "a new day starts from zero");
+        ledger.charge("acme", tuesday, 10);
+        assert_eq!(ledger.used("acme", tuesday), 10);
+        assert_eq!(day_end(monday).to_rfc3339(), "2026-12-01T00:00:00+00:00");
+    }
+}
