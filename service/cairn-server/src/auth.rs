@@ -21,12 +21,21 @@ pub struct Claims {
     pub iat: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nbf: Option<i64>,
+    /// One audience or several (RFC 7519 allows both).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aud: Option<String>,
+    pub aud: Option<Audience>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+}
+
+/// The `aud` claim: a string or an array of strings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Audience {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// Why a credential was refused. Every variant is a 401.
@@ -59,9 +68,24 @@ struct VerificationKey {
 /// Verifies bearer tokens against the configured keys.
 pub struct Verifier {
     keys: Vec<VerificationKey>,
-    audience: Option<String>,
-    issuer: Option<String>,
+    /// Accepted audiences (any one in the token's `aud`); empty: not checked.
+    audiences: Vec<String>,
+    /// Accepted issuers; empty: not checked.
+    issuers: Vec<String>,
     leeway_seconds: u64,
+    /// The longest lifetime (`exp - iat`) accepted; 0: no limit.
+    max_ttl_seconds: u64,
+}
+
+/// The entries of a comma-separated list setting.
+fn list(value: Option<&str>) -> Vec<String> {
+    value
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A problem with the configured keys, reported at start.
@@ -77,7 +101,13 @@ impl Verifier {
     /// HS256 secret (development mode passes its generated one).
     pub fn from_config(config: &Config, secret: Option<&str>) -> Result<Self, KeyError> {
         let mut keys = Vec::new();
-        if let Some(secret) = secret.or(config.jwt_secret.as_deref()) {
+        let secrets = match secret {
+            Some(secret) => vec![secret],
+            None => config.jwt_secrets(),
+        };
+        // Every configured secret verifies (rotation: add the new one, move callers
+        // over, remove the old one).
+        for secret in secrets {
             keys.push(VerificationKey {
                 key: DecodingKey::from_secret(secret.as_bytes()),
                 algorithm: Algorithm::HS256,
@@ -95,9 +125,10 @@ impl Verifier {
         }
         Ok(Verifier {
             keys,
-            audience: config.jwt_audience.clone(),
-            issuer: config.jwt_issuer.clone(),
+            audiences: list(config.jwt_audience.as_deref()),
+            issuers: list(config.jwt_issuer.as_deref()),
             leeway_seconds: config.jwt_leeway_seconds,
+            max_ttl_seconds: config.jwt_max_ttl_seconds,
         })
     }
 
@@ -120,20 +151,25 @@ impl Verifier {
             validation.validate_nbf = true;
             // A configured audience or issuer must be present, not merely match when present.
             let mut required = vec!["exp", "sub"];
-            match &self.audience {
-                Some(audience) => {
-                    validation.set_audience(&[audience]);
-                    required.push("aud");
-                }
-                None => validation.validate_aud = false,
+            if self.audiences.is_empty() {
+                validation.validate_aud = false;
+            } else {
+                validation.set_audience(&self.audiences);
+                required.push("aud");
             }
-            if let Some(issuer) = &self.issuer {
-                validation.set_issuer(&[issuer]);
+            if !self.issuers.is_empty() {
+                validation.set_issuer(&self.issuers);
                 required.push("iss");
+            }
+            if self.max_ttl_seconds > 0 {
+                required.push("iat");
             }
             validation.set_required_spec_claims(&required);
             match jsonwebtoken::decode::<Claims>(token, &candidate.key, &validation) {
-                Ok(data) => return principal_from_claims(data.claims),
+                Ok(data) => {
+                    self.check_lifetime(&data.claims)?;
+                    return principal_from_claims(data.claims);
+                }
                 Err(error) => {
                     last_error = match error.kind() {
                         ErrorKind::ExpiredSignature => return Err(AuthError::Expired),
@@ -155,6 +191,31 @@ impl Verifier {
             }
         }
         Err(last_error)
+    }
+}
+
+impl Verifier {
+    /// Refuses a token whose lifetime (`exp - iat`) exceeds the configured maximum, or
+    /// whose `iat` lies in the future.
+    fn check_lifetime(&self, claims: &Claims) -> Result<(), AuthError> {
+        if self.max_ttl_seconds == 0 {
+            return Ok(());
+        }
+        let Some(issued) = claims.iat else {
+            return Err(AuthError::Invalid("missing claim iat".into()));
+        };
+        let leeway = i64::try_from(self.leeway_seconds).unwrap_or(i64::MAX);
+        if issued > chrono::Utc::now().timestamp().saturating_add(leeway) {
+            return Err(AuthError::Invalid("issued in the future".into()));
+        }
+        let lifetime = claims.exp.saturating_sub(issued);
+        if lifetime > i64::try_from(self.max_ttl_seconds).unwrap_or(i64::MAX) {
+            return Err(AuthError::Invalid(format!(
+                "lifetime of {lifetime} s exceeds the maximum of {} s",
+                self.max_ttl_seconds
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -297,7 +358,7 @@ pub fn mint(
         exp: now + request.ttl_seconds,
         iat: Some(now),
         nbf: None,
-        aud: request.audience.clone(),
+        aud: request.audience.clone().map(Audience::One),
         iss: request.issuer.clone(),
         user: request.user.clone(),
     };

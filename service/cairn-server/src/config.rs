@@ -29,12 +29,17 @@ pub struct Config {
     pub backend: Backend,
     pub cluster_url: Option<String>,
     pub index_prefix: String,
+    /// HS256 secrets, separated by whitespace: every one verifies, the first signs.
     pub jwt_secret: Option<String>,
     pub jwt_public_keys: Option<PathBuf>,
+    /// Accepted audiences, comma-separated (the token's `aud` must hold one).
     pub jwt_audience: Option<String>,
+    /// Accepted issuers, comma-separated.
     pub jwt_issuer: Option<String>,
     /// Clock skew tolerated on `exp` and `nbf`, in seconds.
     pub jwt_leeway_seconds: u64,
+    /// The longest token lifetime (`exp - iat`) accepted, in seconds; 0 for no limit.
+    pub jwt_max_ttl_seconds: u64,
     pub models_dir: PathBuf,
     /// The ONNX Runtime library; default `<models_dir>/onnxruntime/libonnxruntime.so`.
     pub onnxruntime_library: Option<PathBuf>,
@@ -139,6 +144,7 @@ impl Default for Config {
             jwt_audience: None,
             jwt_issuer: None,
             jwt_leeway_seconds: 30,
+            jwt_max_ttl_seconds: 0,
             models_dir: PathBuf::from("./.models"),
             onnxruntime_library: None,
             embedding_model_dir: None,
@@ -217,6 +223,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("jwt_audience", Kind::Text),
     ("jwt_issuer", Kind::Text),
     ("jwt_leeway_seconds", Kind::Integer),
+    ("jwt_max_ttl_seconds", Kind::Integer),
     ("models_dir", Kind::Text),
     ("onnxruntime_library", Kind::Text),
     ("embedding_model_dir", Kind::Text),
@@ -272,6 +279,20 @@ const KEYS: &[(&str, Kind)] = &[
     ("mcp_allowed_hosts", Kind::Text),
 ];
 
+/// Settings that may be given as a file instead, through the same name with `_FILE`
+/// appended (mounted secrets).
+const SECRETS: &[&str] = &["jwt_secret", "llm_api_key", "rerank_api_key"];
+
+/// The content of a `<NAME>_FILE` secret, without its trailing line break.
+fn secret_file(name: &str, path: Option<String>) -> Result<Option<String>, ConfigError> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|error| config_error(format!("{name}_FILE"), format!("cannot read {path}: {error}")))?;
+    Ok(Some(text.trim_end_matches(['\n', '\r']).to_owned()))
+}
+
 /// A configuration problem, naming the key (or environment variable) at fault.
 #[derive(Debug, thiserror::Error)]
 #[error("configuration error: {key}: {message}")]
@@ -319,7 +340,21 @@ impl Config {
         };
         for (key, kind) in KEYS {
             let name = format!("CAIRN_{}", key.to_uppercase());
-            let Some(raw) = lookup(&name) else { continue };
+            let from_file = if SECRETS.contains(key) {
+                secret_file(&name, lookup(&format!("{name}_FILE")))?
+            } else {
+                None
+            };
+            let raw = match (lookup(&name), from_file) {
+                (Some(_), Some(_)) => {
+                    return Err(config_error(
+                        &name,
+                        format!("set either {name} or {name}_FILE, not both"),
+                    ));
+                }
+                (Some(raw), None) | (None, Some(raw)) => raw,
+                (None, None) => continue,
+            };
             let value = match kind {
                 Kind::Text => toml::Value::String(raw),
                 Kind::Integer => raw
@@ -366,10 +401,14 @@ impl Config {
                 format!("{:?} is not an address:port", self.listen),
             )
         })?;
-        if let Some(secret) = &self.jwt_secret
-            && secret.len() < 32
-        {
-            return Err(config_error("CAIRN_JWT_SECRET", "must be at least 32 bytes"));
+        if self.jwt_secret.is_some() && self.jwt_secrets().is_empty() {
+            return Err(config_error("CAIRN_JWT_SECRET", "holds no secret"));
+        }
+        if self.jwt_secrets().iter().any(|secret| secret.len() < 32) {
+            return Err(config_error(
+                "CAIRN_JWT_SECRET",
+                "every secret must be at least 32 bytes",
+            ));
         }
         if self.backend != Backend::Embedded && self.cluster_url.is_none() {
             return Err(config_error(
@@ -609,6 +648,14 @@ impl Config {
     }
 
     /// Where development mode keeps its generated HS256 secret.
+    /// The configured HS256 secrets, in order (the first signs minted tokens).
+    pub fn jwt_secrets(&self) -> Vec<&str> {
+        self.jwt_secret
+            .as_deref()
+            .map(|secrets| secrets.split_whitespace().collect())
+            .unwrap_or_default()
+    }
+
     pub fn dev_secret_path(&self) -> PathBuf {
         self.data_dir.join("dev-jwt-secret")
     }
@@ -623,6 +670,38 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn secrets_come_from_files_and_several_jwt_secrets_are_accepted() {
+        let directory = std::env::temp_dir().join(format!("cairn-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("temp dir");
+        let file = directory.join("jwt");
+        let (old, new) = ("o".repeat(32), "n".repeat(40));
+        std::fs::write(&file, format!("{new}\n{old}\n")).expect("write");
+        let path = file.display().to_string();
+        let config =
+            Config::from_sources(None, &variables(&[("CAIRN_JWT_SECRET_FILE", &path)])).expect("valid");
+        assert_eq!(config.jwt_secrets(), vec![new.as_str(), old.as_str()]);
+        let both = Config::from_sources(
+            None,
+            &variables(&[("CAIRN_JWT_SECRET_FILE", &path), ("CAIRN_JWT_SECRET", &old)]),
+        )
+        .expect_err("both refused");
+        assert_eq!(both.key, "CAIRN_JWT_SECRET");
+        let short = Config::from_sources(
+            None,
+            &variables(&[("CAIRN_JWT_SECRET", &format!("{new} too-short"))]),
+        )
+        .expect_err("a short secret is refused");
+        assert!(short.message.contains("every secret"), "{short:?}");
+        let missing = Config::from_sources(
+            None,
+            &variables(&[("CAIRN_LLM_API_KEY_FILE", "/nonexistent/cairn-key")]),
+        )
+        .expect_err("an unreadable file is refused");
+        assert_eq!(missing.key, "CAIRN_LLM_API_KEY_FILE");
+        std::fs::remove_dir_all(&directory).ok();
     }
 
     #[test]

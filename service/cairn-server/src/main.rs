@@ -120,11 +120,15 @@ fn run() -> anyhow::Result<()> {
                 })
                 .transpose()?;
             // Without a configured secret, a development server's generated one is used.
-            let secret = config.jwt_secret.clone().or_else(|| {
-                std::fs::read_to_string(config.dev_secret_path())
-                    .ok()
-                    .map(|secret| secret.trim().to_owned())
-            });
+            let secret = config
+                .jwt_secrets()
+                .first()
+                .map(|secret| (*secret).to_owned())
+                .or_else(|| {
+                    std::fs::read_to_string(config.dev_secret_path())
+                        .ok()
+                        .map(|secret| secret.trim().to_owned())
+                });
             let request = MintRequest {
                 subject: sub,
                 tenant,

@@ -187,6 +187,113 @@ where
     (status, body)
 }
 
+/// Signs arbitrary claims with an HS256 secret, for claims `cairn token mint` never makes.
+fn signed(claims: Value, secret: &str) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("sign")
+}
+
+/// Identity for production: several HS256 secrets at once (rotation), `aud` as a
+/// string or an array, an issuer allow-list, and a maximum token lifetime.
+#[actix_web::test]
+async fn rotated_secrets_audience_arrays_issuers_and_lifetimes() {
+    let next = "next-secret-next-secret-next-secret!!";
+    let harness = harness_with(|config| {
+        config.jwt_secret = Some(format!("{next} {SECRET}"));
+        config.jwt_audience = Some("cairn".into());
+        config.jwt_issuer = Some("https://idp.one, https://idp.two".into());
+        config.jwt_max_ttl_seconds = 3600;
+    })
+    .await;
+    let service = &harness.service;
+    let now = chrono::Utc::now().timestamp();
+    let claims = |aud: Value, iss: &str, iat: Option<i64>, exp: i64| {
+        let mut claims = json!({ "sub": "svc", "tenant": "acme", "scope": ALL.replace(',', " "),
+                                 "aud": aud, "iss": iss, "exp": exp });
+        if let Some(iat) = iat {
+            claims["iat"] = json!(iat);
+        }
+        claims
+    };
+    let good = claims(json!("cairn"), "https://idp.one", Some(now), now + 600);
+    let cases = [
+        ("the old secret", signed(good.clone(), SECRET), StatusCode::OK),
+        ("the new secret", signed(good.clone(), next), StatusCode::OK),
+        (
+            "a retired secret",
+            signed(good.clone(), "retired-secret-retired-secret-retired"),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "an audience array holding ours",
+            signed(
+                claims(
+                    json!(["billing", "cairn"]),
+                    "https://idp.two",
+                    Some(now),
+                    now + 600,
+                ),
+                SECRET,
+            ),
+            StatusCode::OK,
+        ),
+        (
+            "an audience array without ours",
+            signed(
+                claims(
+                    json!(["billing", "search"]),
+                    "https://idp.one",
+                    Some(now),
+                    now + 600,
+                ),
+                SECRET,
+            ),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "an issuer not on the list",
+            signed(
+                claims(json!("cairn"), "https://idp.three", Some(now), now + 600),
+                SECRET,
+            ),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "a lifetime past the maximum",
+            signed(
+                claims(json!("cairn"), "https://idp.one", Some(now), now + 7200),
+                SECRET,
+            ),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "no iat, so no provable lifetime",
+            signed(claims(json!("cairn"), "https://idp.one", None, now + 600), SECRET),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "issued in the future",
+            signed(
+                claims(json!("cairn"), "https://idp.one", Some(now + 3000), now + 3600),
+                SECRET,
+            ),
+            StatusCode::UNAUTHORIZED,
+        ),
+    ];
+    for (case, bearer, expected) in cases {
+        let (status, body, _) =
+            call(service, Method::GET, "/v1/users/alice/facts", Some(&bearer), None).await;
+        assert_eq!(status, expected, "{case}: {body}");
+        if status == StatusCode::UNAUTHORIZED {
+            assert_eq!(error_code(&body), "invalid_token", "{case}: {body}");
+        }
+    }
+}
+
 #[actix_web::test]
 async fn auth_matrix_refuses_and_changes_nothing() {
     let harness = harness_with(|config| config.jwt_audience = Some("cairn".into())).await;
