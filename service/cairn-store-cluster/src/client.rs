@@ -116,9 +116,9 @@ impl Cluster {
         }
     }
 
-    /// A `_bulk` request (newline-delimited JSON), refreshing before it answers; any
-    /// non-2xx status is a storage error.
-    pub async fn bulk(&self, body: String) -> Result<Value> {
+    /// A `_bulk` request (newline-delimited JSON), refreshing before it answers when
+    /// `refreshed`; any non-2xx status is a storage error.
+    pub async fn bulk(&self, body: String, refreshed: bool) -> Result<Value> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
         let path = "/_bulk";
@@ -127,7 +127,7 @@ impl Cluster {
                 Method::Post,
                 path,
                 headers,
-                &[("refresh", "true".to_owned())],
+                &[("refresh", refreshed.to_string())],
                 Some(body),
             )
             .await?;

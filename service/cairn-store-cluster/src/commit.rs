@@ -13,6 +13,9 @@
 //!    contexts and the deletions, all idempotent;
 //! 4. the journal is deleted.
 //!
+//! A plan without conditional updates (an ingest) is journaled as `committed` at once:
+//! it has nothing to put back, so its journal is its commit point.
+//!
 //! A process that fails anywhere in between leaves its journal behind, and recovery
 //! (`MemoryStore::recover_commits`, run by every server in the background for
 //! journals older than a patience) finishes it: a `committed` journal is rolled
@@ -168,9 +171,13 @@ impl ClusterStore {
         let tenant = scope.tenant().as_str();
         let id = cairn_core::new_id("commit");
         let recorded = plan.to_json();
+        // A plan without conditional updates (an ingest, an insert) has nothing to put
+        // back: its journal is written committed, and recovery can only finish it.
+        let inserts_only = plan.updates.is_empty();
+        let phase = if inserts_only { COMMITTED } else { PREPARED };
         let mut journal = json!({
             "tenant": tenant, "user": scope.user().as_str(), "subject": scope.subject(), "id": id,
-            "phase": PREPARED, "at": docs::micros(Utc::now()), "plan": recorded,
+            "phase": phase, "at": docs::micros(Utc::now()), "plan": recorded,
         });
         let opened = self
             .put("commits", &id, tenant, journal.clone(), None, false)
@@ -182,23 +189,25 @@ impl ClusterStore {
             opened.body["_seq_no"].as_i64().unwrap_or(0),
             opened.body["_primary_term"].as_i64().unwrap_or(1),
         );
-        if let conflict @ Applied::Conflict { .. } = self.apply_updates(tenant, &plan.updates).await? {
-            self.delete_doc("commits", &id, tenant, None, false).await?;
-            return Ok(conflict);
-        }
-        journal["phase"] = json!(COMMITTED);
-        let marked = self
-            .put("commits", &id, tenant, journal.clone(), Some(version), false)
-            .await?;
-        if marked.status == 409 {
-            // Recovery took this commit for abandoned and rolls it back; so do we.
-            self.roll_back(tenant, &journal["plan"]["updates"]).await?;
-            return Err(Error::Unavailable(
-                "the commit took too long and was rolled back; nothing was changed".into(),
-            ));
-        }
-        if !marked.ok() {
-            return Err(failure("commits", &marked));
+        if !inserts_only {
+            if let conflict @ Applied::Conflict { .. } = self.apply_updates(tenant, &plan.updates).await? {
+                self.delete_doc("commits", &id, tenant, None, false).await?;
+                return Ok(conflict);
+            }
+            journal["phase"] = json!(COMMITTED);
+            let marked = self
+                .put("commits", &id, tenant, journal.clone(), Some(version), false)
+                .await?;
+            if marked.status == 409 {
+                // Recovery took this commit for abandoned and rolls it back; so do we.
+                self.roll_back(tenant, &journal["plan"]["updates"]).await?;
+                return Err(Error::Unavailable(
+                    "the commit took too long and was rolled back; nothing was changed".into(),
+                ));
+            }
+            if !marked.ok() {
+                return Err(failure("commits", &marked));
+            }
         }
         self.roll_forward(scope, &journal["plan"]).await?;
         self.delete_doc("commits", &id, tenant, None, false).await?;

@@ -408,6 +408,12 @@ impl ClusterStore {
     /// the call unless its status is one of `tolerated` (409: a replayed create; 404: an
     /// update of a document that is not there).
     async fn bulk(&self, lines: Vec<Value>, tolerated: &[u64]) -> Result<Value> {
+        self.bulk_with(lines, tolerated, true).await
+    }
+
+    /// [`ClusterStore::bulk`], refreshing or not (use counts need not be searchable at
+    /// once, and a refresh per flush would cost every recall its caches).
+    async fn bulk_with(&self, lines: Vec<Value>, tolerated: &[u64], refreshed: bool) -> Result<Value> {
         if lines.is_empty() {
             return Ok(Value::Null);
         }
@@ -416,7 +422,7 @@ impl ClusterStore {
             body.push_str(&line.to_string());
             body.push('\n');
         }
-        let answer = self.cluster.bulk(body).await?;
+        let answer = self.cluster.bulk(body, refreshed).await?;
         if answer["errors"] == true {
             let reason = answer["items"]
                 .as_array()
@@ -840,7 +846,7 @@ impl MemoryStore for ClusterStore {
                 lines.push(after);
                 written.push(id);
             }
-            let answer = self.bulk(lines, &[409]).await?;
+            let answer = self.bulk_with(lines, &[409], false).await?;
             let conflicted: HashSet<String> = answer["items"]
                 .as_array()
                 .into_iter()
