@@ -57,3 +57,76 @@ def test_es256_jwks(make_server, tmp_path):
     assert server.call("POST", "/v1/users/u1/facts", token, {"text": "no write scope"}).status == 403
     forged = server.mint("acme", extra=["--private-key", str(tmp_path / "other.pem")])
     assert server.call("GET", "/v1/users/u1/facts", forged).status == 401
+
+
+def rs256(key, kid, claims):
+    """A compact RS256 JWS with a key id, signed here (the CLI mints without `kid`)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    def encode(value):
+        raw = json.dumps(value, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    signing_input = f"{encode({'alg': 'RS256', 'typ': 'JWT', 'kid': kid})}.{encode(claims)}"
+    signature = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return signing_input + "." + base64.urlsafe_b64encode(signature).rstrip(b"=").decode()
+
+
+def rsa_jwk(key, kid):
+    numbers = key.public_key().public_numbers()
+    return {"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256",
+            "n": b64url(numbers.n, 256), "e": b64url(numbers.e, 3)}
+
+
+def test_jwks_url_rotates_keys_without_a_restart(make_server, tmp_path):
+    import http.server
+    import threading
+    import time
+
+    first = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    second = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    served = {"jwks": {"keys": [rsa_jwk(first, "k1")]}, "fetches": 0}
+
+    class Jwks(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            served["fetches"] += 1
+            body = json.dumps(served["jwks"]).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    idp = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    threading.Thread(target=idp.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{idp.server_address[1]}/.well-known/jwks.json"
+        server = make_server(tmp_path / "jwks-data", {"CAIRN_JWT_JWKS_URL": url})
+        del server.env["CAIRN_JWT_SECRET"]
+        server.start()
+        now = int(time.time())
+        claims = {"sub": "svc", "tenant": "acme", "scope": "memory:read memory:write", "iat": now, "exp": now + 600}
+        old = rs256(first, "k1", claims)
+        assert server.call("GET", "/v1/users/u1/facts", old).status == 200
+        assert served["fetches"] == 1, "fetched once at start, then cached"
+
+        # The identity provider rotates: only the second key is served now.
+        served["jwks"] = {"keys": [rsa_jwk(second, "k2")]}
+        time.sleep(2.2)
+        new = rs256(second, "k2", claims)
+        assert server.call("POST", "/v1/users/u1/facts", new, {"text": "The user rotates keys"}).status == 201
+        assert served["fetches"] == 2, "an unknown kid fetched the set again"
+        refused = server.call("GET", "/v1/users/u1/facts", old)
+        assert refused.status == 401 and refused.json()["error"]["code"] == "invalid_token"
+
+        # Forged key ids cannot make the service hammer the provider.
+        for attempt in range(5):
+            forged = rs256(first, f"forged-{attempt}", claims)
+            assert server.call("GET", "/v1/users/u1/facts", forged).status == 401
+        assert served["fetches"] <= 3, served["fetches"]
+    finally:
+        idp.shutdown()

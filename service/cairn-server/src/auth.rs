@@ -59,6 +59,7 @@ impl AuthError {
     }
 }
 
+#[derive(Clone)]
 struct VerificationKey {
     key: DecodingKey,
     algorithm: Algorithm,
@@ -75,6 +76,90 @@ pub struct Verifier {
     leeway_seconds: u64,
     /// The longest lifetime (`exp - iat`) accepted; 0: no limit.
     max_ttl_seconds: u64,
+    /// Keys read from a JWKS URL, when one is configured.
+    remote: Option<RemoteKeys>,
+}
+
+/// How long fetched JWKS keys are used before they are fetched again.
+const JWKS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+/// The shortest interval between two fetches caused by an unknown `kid`, so that forged
+/// key ids cannot make the service hammer the identity provider.
+const JWKS_MIN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A JWKS served over HTTP(S): cached, fetched again when it is older than
+/// [`JWKS_MAX_AGE`] or when a token names a key id it does not hold.
+struct RemoteKeys {
+    url: String,
+    client: reqwest::Client,
+    keys: std::sync::RwLock<std::sync::Arc<Vec<VerificationKey>>>,
+    /// When the last fetch was tried.
+    tried: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When keys were last fetched successfully.
+    fetched: std::sync::Mutex<Option<std::time::Instant>>,
+    /// One fetch at a time.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+impl RemoteKeys {
+    fn current(&self) -> std::sync::Arc<Vec<VerificationKey>> {
+        self.keys
+            .read()
+            .map(|keys| std::sync::Arc::clone(&keys))
+            .unwrap_or_default()
+    }
+
+    fn elapsed(slot: &std::sync::Mutex<Option<std::time::Instant>>) -> Option<std::time::Duration> {
+        slot.lock().ok().and_then(|at| at.map(|at| at.elapsed()))
+    }
+
+    /// Whether a token with this key id calls for a fetch.
+    fn wants_fetch(&self, kid: Option<&str>) -> bool {
+        let stale = Self::elapsed(&self.fetched).is_none_or(|age| age > JWKS_MAX_AGE);
+        let unknown = kid.is_some_and(|kid| {
+            !self
+                .current()
+                .iter()
+                .any(|key| key.key_id.as_deref() == Some(kid))
+        });
+        let allowed = Self::elapsed(&self.tried).is_none_or(|since| since >= JWKS_MIN_INTERVAL);
+        (stale || unknown) && allowed
+    }
+
+    async fn fetch(&self) -> Result<usize, KeyError> {
+        let _one = self.fetching.lock().await;
+        if let Ok(mut tried) = self.tried.lock() {
+            *tried = Some(std::time::Instant::now());
+        }
+        let key_error = |message: String| KeyError {
+            key: "CAIRN_JWT_JWKS_URL",
+            message,
+        };
+        let response = self
+            .client
+            .get(&self.url)
+            .send()
+            .await
+            .map_err(|error| key_error(format!("cannot fetch {}: {error}", self.url)))?;
+        if !response.status().is_success() {
+            return Err(key_error(format!("{} answered {}", self.url, response.status())));
+        }
+        let text = response
+            .text()
+            .await
+            .map_err(|error| key_error(format!("cannot read {}: {error}", self.url)))?;
+        let keys = jwks_keys(&text).map_err(|error| KeyError {
+            key: "CAIRN_JWT_JWKS_URL",
+            message: error.message,
+        })?;
+        let count = keys.len();
+        if let Ok(mut slot) = self.keys.write() {
+            *slot = std::sync::Arc::new(keys);
+        }
+        if let Ok(mut fetched) = self.fetched.lock() {
+            *fetched = Some(std::time::Instant::now());
+        }
+        Ok(count)
+    }
 }
 
 /// The entries of a comma-separated list setting.
@@ -117,10 +202,36 @@ impl Verifier {
         if let Some(path) = &config.jwt_public_keys {
             keys.extend(load_public_keys(path)?);
         }
-        if keys.is_empty() {
+        let remote = match &config.jwt_jwks_url {
+            Some(url) => {
+                if !(url.starts_with("https://") || url.starts_with("http://")) {
+                    return Err(KeyError {
+                        key: "CAIRN_JWT_JWKS_URL",
+                        message: format!("{url:?} is not an http(s) URL"),
+                    });
+                }
+                let client = reqwest::Client::builder()
+                    .timeout(std::time::Duration::from_secs(5))
+                    .build()
+                    .map_err(|error| KeyError {
+                        key: "CAIRN_JWT_JWKS_URL",
+                        message: error.to_string(),
+                    })?;
+                Some(RemoteKeys {
+                    url: url.clone(),
+                    client,
+                    keys: std::sync::RwLock::default(),
+                    tried: std::sync::Mutex::default(),
+                    fetched: std::sync::Mutex::default(),
+                    fetching: tokio::sync::Mutex::default(),
+                })
+            }
+            None => None,
+        };
+        if keys.is_empty() && remote.is_none() {
             return Err(KeyError {
                 key: "CAIRN_JWT_SECRET",
-                message: "no verification key is configured: set CAIRN_JWT_SECRET or CAIRN_JWT_PUBLIC_KEYS (or run in dev mode)".into(),
+                message: "no verification key is configured: set CAIRN_JWT_SECRET, CAIRN_JWT_PUBLIC_KEYS or CAIRN_JWT_JWKS_URL (or run in dev mode)".into(),
             });
         }
         Ok(Verifier {
@@ -129,14 +240,40 @@ impl Verifier {
             issuers: list(config.jwt_issuer.as_deref()),
             leeway_seconds: config.jwt_leeway_seconds,
             max_ttl_seconds: config.jwt_max_ttl_seconds,
+            remote,
         })
     }
 
-    /// Verifies a compact JWT and returns the principal it proves.
+    /// Fetches the JWKS now, when a URL is configured; returns how many keys it holds.
+    pub async fn fetch_remote_keys(&self) -> Result<Option<usize>, KeyError> {
+        match &self.remote {
+            Some(remote) => remote.fetch().await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Verifier::verify`], fetching the JWKS first when it is stale or does not hold
+    /// the token's key id (at most once per [`JWKS_MIN_INTERVAL`]).
+    pub async fn verify_fresh(&self, token: &str) -> Result<Principal, AuthError> {
+        if let Some(remote) = &self.remote {
+            let kid = jsonwebtoken::decode_header(token)
+                .ok()
+                .and_then(|header| header.kid);
+            if remote.wants_fetch(kid.as_deref())
+                && let Err(error) = remote.fetch().await
+            {
+                tracing::warn!(error = %error, "fetching the JWKS failed; the cached keys stay in use");
+            }
+        }
+        self.verify(token)
+    }
+
+    /// Verifies a compact JWT and returns the principal it proves, with the keys held now.
     pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|error| AuthError::Invalid(format!("malformed header ({error})")))?;
-        let candidates = self.keys.iter().filter(|candidate| {
+        let remote = self.remote.as_ref().map(RemoteKeys::current).unwrap_or_default();
+        let candidates = self.keys.iter().chain(remote.iter()).filter(|candidate| {
             candidate.algorithm == header.alg
                 && match (&header.kid, &candidate.key_id) {
                     (Some(wanted), Some(have)) => wanted == have,
@@ -253,27 +390,7 @@ fn load_public_keys(path: &Path) -> Result<Vec<VerificationKey>, KeyError> {
     let text = std::fs::read_to_string(path)
         .map_err(|error| key_error(format!("cannot read {}: {error}", path.display())))?;
     if text.trim_start().starts_with('{') {
-        let set: JwkSet = serde_json::from_str(&text)
-            .map_err(|error| key_error(format!("not a JWKS document: {error}")))?;
-        let mut keys = Vec::new();
-        for jwk in &set.keys {
-            let algorithm = match &jwk.algorithm {
-                jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
-                jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_) => Algorithm::ES256,
-                _ => continue,
-            };
-            let key =
-                DecodingKey::from_jwk(jwk).map_err(|error| key_error(format!("unusable JWK: {error}")))?;
-            keys.push(VerificationKey {
-                key,
-                algorithm,
-                key_id: jwk.common.key_id.clone(),
-            });
-        }
-        if keys.is_empty() {
-            return Err(key_error("the JWKS holds no RSA or EC key".into()));
-        }
-        return Ok(keys);
+        return jwks_keys(&text);
     }
     let mut keys = Vec::new();
     for block in pem_blocks(&text) {
@@ -297,6 +414,34 @@ fn load_public_keys(path: &Path) -> Result<Vec<VerificationKey>, KeyError> {
     }
     if keys.is_empty() {
         return Err(key_error("no PEM public key found".into()));
+    }
+    Ok(keys)
+}
+
+/// The RSA and EC keys of a JWKS document.
+fn jwks_keys(text: &str) -> Result<Vec<VerificationKey>, KeyError> {
+    let key_error = |message: String| KeyError {
+        key: "CAIRN_JWT_PUBLIC_KEYS",
+        message,
+    };
+    let set: JwkSet =
+        serde_json::from_str(text).map_err(|error| key_error(format!("not a JWKS document: {error}")))?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        let algorithm = match &jwk.algorithm {
+            jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
+            jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_) => Algorithm::ES256,
+            _ => continue,
+        };
+        let key = DecodingKey::from_jwk(jwk).map_err(|error| key_error(format!("unusable JWK: {error}")))?;
+        keys.push(VerificationKey {
+            key,
+            algorithm,
+            key_id: jwk.common.key_id.clone(),
+        });
+    }
+    if keys.is_empty() {
+        return Err(key_error("the JWKS holds no RSA or EC key".into()));
     }
     Ok(keys)
 }

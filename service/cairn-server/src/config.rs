@@ -32,6 +32,8 @@ pub struct Config {
     /// HS256 secrets, separated by whitespace: every one verifies, the first signs.
     pub jwt_secret: Option<String>,
     pub jwt_public_keys: Option<PathBuf>,
+    /// A JWKS served over HTTP(S), cached and fetched again on an unknown `kid`.
+    pub jwt_jwks_url: Option<String>,
     /// Accepted audiences, comma-separated (the token's `aud` must hold one).
     pub jwt_audience: Option<String>,
     /// Accepted issuers, comma-separated.
@@ -141,6 +143,7 @@ impl Default for Config {
             index_prefix: "cairn".into(),
             jwt_secret: None,
             jwt_public_keys: None,
+            jwt_jwks_url: None,
             jwt_audience: None,
             jwt_issuer: None,
             jwt_leeway_seconds: 30,
@@ -220,6 +223,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("index_prefix", Kind::Text),
     ("jwt_secret", Kind::Text),
     ("jwt_public_keys", Kind::Text),
+    ("jwt_jwks_url", Kind::Text),
     ("jwt_audience", Kind::Text),
     ("jwt_issuer", Kind::Text),
     ("jwt_leeway_seconds", Kind::Integer),

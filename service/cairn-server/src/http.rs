@@ -16,7 +16,6 @@ use cairn_core::{Permission, Principal, Scope, new_id};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use rmcp_actix_web::transport::StreamableHttpService;
-use std::future::{Ready, ready};
 use std::num::NonZeroU32;
 use std::time::Instant;
 use tracing::Instrument;
@@ -128,7 +127,7 @@ impl Authenticated {
 
 /// Verifies the bearer token, applies the tenant's rate limit and records the tenant in
 /// the request span. REST routes and the MCP endpoint share this one check.
-pub fn authenticate(request: &HttpRequest) -> Result<Authenticated, ApiError> {
+pub async fn authenticate(request: &HttpRequest) -> Result<Authenticated, ApiError> {
     let state = request
         .app_data::<web::Data<AppState>>()
         .ok_or_else(|| ApiError::Core(cairn_core::Error::Storage("application state missing".into())))?;
@@ -143,7 +142,7 @@ pub fn authenticate(request: &HttpRequest) -> Result<Authenticated, ApiError> {
         }
         _ => return Err(AuthError::Missing.into()),
     };
-    let principal = state.verifier.verify(token)?;
+    let principal = state.verifier.verify_fresh(token).await?;
     tracing::Span::current().record("tenant", principal.tenant().as_str());
     state.admit(principal.tenant().as_str())?;
     let request_id = request
@@ -159,10 +158,11 @@ pub fn authenticate(request: &HttpRequest) -> Result<Authenticated, ApiError> {
 
 impl FromRequest for Authenticated {
     type Error = ApiError;
-    type Future = Ready<Result<Self, ApiError>>;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, ApiError>>;
 
     fn from_request(request: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        ready(authenticate(request))
+        let request = request.clone();
+        Box::pin(async move { authenticate(&request).await })
     }
 }
 

@@ -137,6 +137,15 @@ fn write_private_file(path: &std::path::Path, contents: &str) -> anyhow::Result<
 pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
     let secret = dev_secret(config)?;
     let verifier = auth::Verifier::from_config(config, secret.as_deref())?;
+    // A JWKS URL is read once at start; an identity provider that is down then is
+    // retried by the first requests rather than keeping the service down.
+    match verifier.fetch_remote_keys().await {
+        Ok(Some(keys)) => tracing::info!(keys, "JWKS fetched"),
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(error = %error, "fetching the JWKS failed; it is tried again on requests")
+        }
+    }
     let cluster = match config.backend {
         Backend::Embedded => None,
         Backend::Opensearch | Backend::Elasticsearch => Some(cluster_store(config)?),

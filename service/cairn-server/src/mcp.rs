@@ -56,7 +56,7 @@ pub async fn authenticate_mcp(
     request: ServiceRequest,
     next: Next<BoxBody>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    match authenticate(request.request()) {
+    match authenticate(request.request()).await {
         Ok(Authenticated { principal, context }) => {
             request.extensions_mut().insert(McpCaller { principal, context });
             next.call(request).await
