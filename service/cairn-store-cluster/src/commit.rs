@@ -413,13 +413,7 @@ impl ClusterStore {
                     after["status"] = json!("superseded");
                     after["superseded_at"] = json!(docs::micros(*at));
                     after["superseded_by"] = json!(superseded_by);
-                    updates.push(Update {
-                        index: "facts",
-                        id: fact_id.clone(),
-                        before: Some(doc),
-                        after,
-                        commutative: false,
-                    });
+                    updates.push(Update::new("facts", fact_id.clone(), Some(doc), after));
                 }
                 Change::RetractFact { fact_id, reason, at } => {
                     let doc = self.fact_doc(scope, fact_id).await?;
@@ -431,13 +425,7 @@ impl ClusterStore {
                     if let Some(reason) = reason {
                         after["retraction_reason"] = json!(reason);
                     }
-                    updates.push(Update {
-                        index: "facts",
-                        id: fact_id.clone(),
-                        before: Some(doc),
-                        after,
-                        commutative: false,
-                    });
+                    updates.push(Update::new("facts", fact_id.clone(), Some(doc), after));
                 }
                 Change::EraseFact { fact_id } => {
                     self.fact_doc(scope, fact_id).await?;
@@ -456,13 +444,7 @@ impl ClusterStore {
                     let mut after = doc.source.clone();
                     after["lifted_at"] = json!(docs::micros(*at));
                     lifted.push(doc.source["fingerprint"].as_str().unwrap_or_default().to_owned());
-                    updates.push(Update {
-                        index: "tombstones",
-                        id: tombstone_id.clone(),
-                        before: Some(doc),
-                        after,
-                        commutative: false,
-                    });
+                    updates.push(Update::new("tombstones", tombstone_id.clone(), Some(doc), after));
                 }
                 Change::InsertFact(fact) => {
                     let value = fingerprint(&fact.text);
@@ -500,13 +482,7 @@ impl ClusterStore {
                     if !doc.source["last_used_at"].is_null() {
                         after["last_used_at"] = doc.source["last_used_at"].clone();
                     }
-                    updates.push(Update {
-                        index: "playbooks",
-                        id: playbook.id.clone(),
-                        before: Some(doc),
-                        after,
-                        commutative: false,
-                    });
+                    updates.push(Update::new("playbooks", playbook.id.clone(), Some(doc), after));
                 }
                 Change::RecordPlaybookOutcome {
                     playbook_id,
@@ -553,13 +529,7 @@ impl ClusterStore {
                         .as_ref()
                         .map_or_else(|| fresh_state(scope), |doc| doc.source.clone());
                     after["watermark"] = json!(to);
-                    updates.push(Update {
-                        index: "state",
-                        id: state_id(scope),
-                        before: doc,
-                        after,
-                        commutative: false,
-                    });
+                    updates.push(Update::new("state", state_id(scope), doc, after));
                 }
                 Change::RequireEpisodes(episode_ids) => {
                     self.require_episodes(scope, episode_ids).await?;
@@ -586,13 +556,7 @@ impl ClusterStore {
                             map.remove(field);
                         }
                     }
-                    updates.push(Update {
-                        index: "jobs",
-                        id: job_id.clone(),
-                        before: Some(doc),
-                        after,
-                        commutative: false,
-                    });
+                    updates.push(Update::new("jobs", job_id.clone(), Some(doc), after));
                 }
                 Change::InsertEpisodes(_)
                 | Change::InsertEdge(_)

@@ -108,6 +108,19 @@ struct Update {
     commutative: bool,
 }
 
+impl Update {
+    /// An update that conflicts with any concurrent change of its document.
+    fn new(index: &'static str, id: String, before: Option<Versioned>, after: Value) -> Self {
+        Update {
+            index,
+            id,
+            before,
+            after,
+            commutative: false,
+        }
+    }
+}
+
 /// Documents read per request by whole-set reads (`scoped_all`).
 const PAGE: usize = 500;
 

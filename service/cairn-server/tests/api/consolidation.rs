@@ -253,6 +253,25 @@ macro_rules! facts_eventually {
     }};
 }
 
+/// Ingests one message "I love <place>" per place, queued for the background worker.
+macro_rules! queue_loves {
+    ($service:expr, $bearer:expr, $user:expr, $places:expr) => {{
+        let messages: Vec<Value> = $places
+            .iter()
+            .map(|place| json!({ "role": "user", "content": format!("I love {place}") }))
+            .collect();
+        let (status, body, _) = call(
+            $service,
+            Method::POST,
+            &format!("/v1/users/{}/episodes", $user),
+            Some($bearer),
+            Some(json!({ "messages": messages })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }};
+}
+
 fn status_of<'a>(facts: &'a [Value], needle: &str) -> Vec<&'a str> {
     facts
         .iter()
@@ -940,19 +959,7 @@ async fn a_long_backlog_is_consolidated_in_turns() {
     let places = [
         "Lisbon", "Kyoto", "Oslo", "Quito", "Hanoi", "Dakar", "Perth", "Lima", "Riga", "Cusco",
     ];
-    let messages: Vec<Value> = places
-        .iter()
-        .map(|place| json!({ "role": "user", "content": format!("I love {place}") }))
-        .collect();
-    let (status, body, _) = call(
-        &service,
-        Method::POST,
-        "/v1/users/kim/episodes",
-        Some(&owner),
-        Some(json!({ "messages": messages })),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    queue_loves!(&service, &owner, "kim", places);
     let worker = spawn_consolidation_worker(state);
     let mut found = Vec::new();
     for _ in 0..200 {
@@ -1200,19 +1207,7 @@ async fn a_spent_token_budget_defers_background_runs_and_refuses_explicit_ones()
     let state = web::Data::new(build_state(&configured).await.expect("state"));
     let service = test::init_service(http::app(state.clone())).await;
     let owner = token("acme", ALL);
-    let messages: Vec<Value> = places
-        .iter()
-        .map(|place| json!({ "role": "user", "content": format!("I love {place}") }))
-        .collect();
-    let (status, body, _) = call(
-        &service,
-        Method::POST,
-        "/v1/users/ines/episodes",
-        Some(&owner),
-        Some(json!({ "messages": messages })),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    queue_loves!(&service, &owner, "ines", places);
     let worker = spawn_consolidation_worker(state);
     let mut deferred = Value::Null;
     for _ in 0..200 {
