@@ -27,6 +27,7 @@
 use crate::client::failure;
 use crate::{
     ClusterStore, PAGE, Update, Versioned, docs, fresh_state, hits, query, require_status, state_id,
+    version_of,
 };
 use cairn_core::text::fingerprint;
 use cairn_core::{Change, ChangeSet, Error, FactStatus, MemoryStore, Result, Scope, TenantId, UserId};
@@ -185,10 +186,7 @@ impl ClusterStore {
         if !opened.ok() {
             return Err(failure("commits", &opened));
         }
-        let version = (
-            opened.body["_seq_no"].as_i64().unwrap_or(0),
-            opened.body["_primary_term"].as_i64().unwrap_or(1),
-        );
+        let version = version_of(&opened.body);
         if !inserts_only {
             if let conflict @ Applied::Conflict { .. } = self.apply_updates(tenant, &plan.updates).await? {
                 self.delete_doc("commits", &id, tenant, None, false).await?;
@@ -281,11 +279,8 @@ impl ClusterStore {
                 map.remove("superseded_by");
             }
             let id = docs::text(&source, "id");
-            let version = (
-                hit["_seq_no"].as_i64().unwrap_or(0),
-                hit["_primary_term"].as_i64().unwrap_or(1),
-            );
-            self.write_if("facts", &id, tenant, source, Some(version)).await?;
+            self.write_if("facts", &id, tenant, source, Some(version_of(&hit)))
+                .await?;
         }
         let touching = json!({ "bool": { "should": [
             { "term": { "from_fact_id": fact_id } }, { "term": { "to_fact_id": fact_id } }
@@ -601,7 +596,7 @@ impl ClusterStore {
 
     /// Makes the conditional updates; on a conflict, puts back the ones already made.
     async fn apply_updates(&self, tenant: &str, updates: &[Update]) -> Result<Applied> {
-        let mut done: Vec<(&Update, i64, i64)> = Vec::new();
+        let mut done: Vec<(&Update, (i64, i64))> = Vec::new();
         for update in updates {
             let version = update
                 .before
@@ -611,8 +606,8 @@ impl ClusterStore {
                 .write_if(update.index, &update.id, tenant, update.after.clone(), version)
                 .await?;
             if answer.status == 409 {
-                for (previous, seq_no, primary_term) in done.into_iter().rev() {
-                    let at = Some((seq_no, primary_term));
+                for (previous, version) in done.into_iter().rev() {
+                    let at = Some(version);
                     match &previous.before {
                         None => {
                             self.delete_doc(previous.index, &previous.id, tenant, at, true)
@@ -648,9 +643,7 @@ impl ClusterStore {
                     commutative: update.commutative || recounted,
                 });
             }
-            let seq_no = answer.body["_seq_no"].as_i64().unwrap_or(0);
-            let primary_term = answer.body["_primary_term"].as_i64().unwrap_or(1);
-            done.push((update, seq_no, primary_term));
+            done.push((update, version_of(&answer.body)));
         }
         Ok(Applied::Done)
     }

@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, failure};
 use elasticsearch::http::Method;
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -123,6 +123,24 @@ impl Update {
 
 /// Documents read per request by whole-set reads (`scoped_all`).
 const PAGE: usize = 500;
+
+/// The version (`_seq_no`, `_primary_term`) of a document in a get, write or search
+/// answer, for a compare-and-set.
+fn version_of(body: &Value) -> (i64, i64) {
+    (
+        body["_seq_no"].as_i64().unwrap_or(0),
+        body["_primary_term"].as_i64().unwrap_or(1),
+    )
+}
+
+/// The result of each item of a bulk answer (`{"_id", "status", "error"?, ...}`).
+fn bulk_results(answer: &Value) -> impl Iterator<Item = &Value> {
+    answer["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.as_object()?.values().next())
+}
 
 fn hits(body: &Value) -> Vec<Value> {
     body["hits"]["hits"].as_array().cloned().unwrap_or_default()
@@ -280,10 +298,11 @@ impl ClusterStore {
         if answer.body["found"] != true {
             return Ok(None);
         }
+        let (seq_no, primary_term) = version_of(&answer.body);
         Ok(Some(Versioned {
             source: answer.body["_source"].clone(),
-            seq_no: answer.body["_seq_no"].as_i64().unwrap_or(0),
-            primary_term: answer.body["_primary_term"].as_i64().unwrap_or(1),
+            seq_no,
+            primary_term,
         }))
     }
 
@@ -437,11 +456,7 @@ impl ClusterStore {
         }
         let answer = self.cluster.bulk(body, refreshed).await?;
         if answer["errors"] == true {
-            let reason = answer["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|item| item.as_object()?.values().next().cloned())
+            let reason = bulk_results(&answer)
                 .find(|result| {
                     !result["error"].is_null()
                         && !result["status"]
@@ -813,17 +828,18 @@ impl MemoryStore for ClusterStore {
         self.ready()?;
         // Read-modify-write by compare-and-set (no script, so a node without scripting
         // serves it); documents that changed in between are read again.
-        let mut left: Vec<&UseCount> = uses.iter().collect();
+        let tenant = scope.tenant().as_str();
+        let mut left: HashMap<&str, &UseCount> =
+            uses.iter().map(|usage| (usage.id.as_str(), usage)).collect();
         for _ in 0..20 {
             if left.is_empty() {
                 return Ok(());
             }
-            let tenant = scope.tenant().as_str();
             let docs: Vec<Value> = left
-                .iter()
-                .flat_map(|usage| {
+                .keys()
+                .flat_map(|id| {
                     ["facts", "playbooks"]
-                        .map(|kind| json!({ "_index": self.index(kind), "_id": usage.id, "routing": tenant }))
+                        .map(|kind| json!({ "_index": self.index(kind), "_id": id, "routing": tenant }))
                 })
                 .collect();
             let found = self
@@ -831,17 +847,16 @@ impl MemoryStore for ClusterStore {
                 .expect(Method::Post, "/_mget", &[], Some(json!({ "docs": docs })))
                 .await?;
             let mut lines = Vec::new();
-            let mut written = Vec::new();
             for doc in found["docs"].as_array().into_iter().flatten() {
                 let source = &doc["_source"];
                 if doc["found"] != true
-                    || source["tenant"] != scope.tenant().as_str()
+                    || source["tenant"] != tenant
                     || source["user"] != scope.user().as_str()
                 {
                     continue;
                 }
                 let id = docs::text(source, "id");
-                let Some(usage) = left.iter().find(|usage| usage.id == id) else {
+                let Some(usage) = left.get(id.as_str()) else {
                     continue;
                 };
                 let mut after = source.clone();
@@ -857,18 +872,13 @@ impl MemoryStore for ClusterStore {
                     "if_seq_no": doc["_seq_no"], "if_primary_term": doc["_primary_term"]
                 } }));
                 lines.push(after);
-                written.push(id);
             }
             let answer = self.bulk_with(lines, &[409], false).await?;
-            let conflicted: HashSet<String> = answer["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|item| item.as_object()?.values().next().cloned())
+            let conflicted: HashSet<&str> = bulk_results(&answer)
                 .filter(|result| result["status"] == 409)
-                .map(|result| docs::text(&result, "_id"))
+                .filter_map(|result| result["_id"].as_str())
                 .collect();
-            left.retain(|usage| conflicted.contains(&usage.id));
+            left.retain(|id, _| conflicted.contains(id));
         }
         Err(Error::Unavailable("usage counts: too much contention".into()))
     }
@@ -1026,13 +1036,9 @@ impl MemoryStore for ClusterStore {
             let mut source = hit["_source"].clone();
             let tenant = source["tenant"].as_str().unwrap_or_default().to_owned();
             source["leased_until"] = json!(docs::micros(lease_until));
-            let version = (
-                hit["_seq_no"].as_i64().unwrap_or(0),
-                hit["_primary_term"].as_i64().unwrap_or(1),
-            );
             let id = source["id"].as_str().unwrap_or_default().to_owned();
             let answer = self
-                .write_if("jobs", &id, &tenant, source.clone(), Some(version))
+                .write_if("jobs", &id, &tenant, source.clone(), Some(version_of(&hit)))
                 .await?;
             if answer.status == 409 {
                 continue; // another worker took it

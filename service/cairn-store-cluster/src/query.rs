@@ -106,8 +106,8 @@ fn matching(query: &TextQuery, terms: String) -> Value {
     }
 }
 
-/// The latest episode of a session in the scope, with its version for a conditional
-/// update of its context.
+/// The id and text of the latest episode of a session in the scope (its context is
+/// updated later by id, from a fresh read).
 pub fn last_of_session(scope: &Scope, session_id: &str) -> Value {
     let mut body = scoped(
         scope,
@@ -115,7 +115,7 @@ pub fn last_of_session(scope: &Scope, session_id: &str) -> Value {
         Some(json!([{ "position": "desc" }])),
         1,
     );
-    body["seq_no_primary_term"] = json!(true);
+    body["_source"] = json!(["id", "text"]);
     body
 }
 
