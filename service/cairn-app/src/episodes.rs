@@ -1,9 +1,8 @@
 //! Ingest: storing what the user said as episodes.
 
+use crate::consolidation::queued_job;
 use crate::{Cairn, ConsolidateOptions, ConsolidationOutcome, RequestContext, audit_event, now, validate};
-use cairn_core::{
-    Change, ChangeSet, ConsolidationJob, Episode, Error, Page, PageRequest, Result, Scope, new_id,
-};
+use cairn_core::{Change, ChangeSet, Episode, Error, Page, PageRequest, Result, Scope, new_id};
 use chrono::{DateTime, Utc};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,17 +141,14 @@ impl Cairn {
             ConsolidateMode::None => None,
             ConsolidateMode::Async | ConsolidateMode::Sync if queue_full => None,
             ConsolidateMode::Async | ConsolidateMode::Sync => {
-                let job = ConsolidationJob {
-                    id: new_id("job"),
-                    subject: scope.subject().to_owned(),
-                    request_id: context.request_id.clone(),
+                let job = queued_job(
+                    new_id("job"),
+                    scope,
+                    context,
                     assistant_context,
-                    created_at: ingested_at,
-                    run_after: ingested_at,
-                    attempts: 0,
-                    last_error: None,
-                    dead_at: None,
-                };
+                    ingested_at,
+                    ingested_at,
+                );
                 let id = job.id.clone();
                 change_set = change_set.with(Change::EnqueueJob(job));
                 Some(id)

@@ -19,7 +19,15 @@ type ScopeUses = (Scope, HashMap<String, UseCount>);
 /// Uses noted since the last flush, by scope (tenant and user) and record id.
 #[derive(Default)]
 pub struct UsageLog {
-    pending: Mutex<HashMap<(String, String), ScopeUses>>,
+    pending: Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    scopes: HashMap<(String, String), ScopeUses>,
+    /// Records held across every scope, kept as they are added and removed (a recall
+    /// must not count them all).
+    records: usize,
 }
 
 fn key(scope: &Scope) -> (String, String) {
@@ -30,7 +38,7 @@ fn key(scope: &Scope) -> (String, String) {
 }
 
 impl UsageLog {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), ScopeUses>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.pending
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -51,19 +59,19 @@ impl UsageLog {
 
     fn merge(&self, scope: &Scope, uses: Vec<UseCount>) {
         let mut pending = self.lock();
-        let mut size: usize = pending.values().map(|(_, records)| records.len()).sum();
-        let (_, records) = pending
+        let Pending { scopes, records } = &mut *pending;
+        let (_, held) = scopes
             .entry(key(scope))
             .or_insert_with(|| (scope.clone(), HashMap::new()));
         for usage in uses {
-            match records.get_mut(&usage.id) {
+            match held.get_mut(&usage.id) {
                 Some(counted) => {
                     counted.count += usage.count;
                     counted.last_used_at = counted.last_used_at.max(usage.last_used_at);
                 }
-                None if size < MAX_PENDING => {
-                    size += 1;
-                    records.insert(usage.id.clone(), usage);
+                None if *records < MAX_PENDING => {
+                    *records += 1;
+                    held.insert(usage.id.clone(), usage);
                 }
                 None => {}
             }
@@ -71,7 +79,10 @@ impl UsageLog {
     }
 
     fn take(&self) -> Vec<(Scope, Vec<UseCount>)> {
-        self.lock()
+        let mut pending = self.lock();
+        pending.records = 0;
+        pending
+            .scopes
             .drain()
             .map(|(_, (scope, records))| (scope, records.into_values().collect()))
             .collect()
@@ -79,12 +90,15 @@ impl UsageLog {
 
     /// Drops the uses noted for a scope (it is being erased).
     pub fn forget(&self, scope: &Scope) {
-        self.lock().remove(&key(scope));
+        let mut pending = self.lock();
+        if let Some((_, held)) = pending.scopes.remove(&key(scope)) {
+            pending.records -= held.len();
+        }
     }
 
     /// Records with uses waiting for a flush.
     pub fn pending(&self) -> usize {
-        self.lock().values().map(|(_, records)| records.len()).sum()
+        self.lock().records
     }
 }
 

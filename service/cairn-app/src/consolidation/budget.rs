@@ -4,12 +4,11 @@
 //! day turns, and an explicit run that finds it spent before its first batch is
 //! refused with 429. Counted per process (each replica enforces it on its own runs).
 
-use super::Consolidator;
 use crate::Cairn;
 use cairn_core::{Result, TenantId, Usage};
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// Tokens spent per tenant on one day.
 #[derive(Default)]
@@ -54,12 +53,6 @@ impl Ledger {
     }
 }
 
-impl Consolidator {
-    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
-        &self.ledger
-    }
-}
-
 impl Cairn {
     /// The tenant's token budget today; `None` when no budget is configured.
     pub fn token_budget(&self, tenant: &TenantId) -> Option<TokenBudget> {
@@ -70,7 +63,7 @@ impl Cairn {
         let at = crate::now();
         Some(TokenBudget {
             tokens_per_day,
-            used_today: self.consolidator.ledger().used(tenant.as_str(), at),
+            used_today: self.consolidator.ledger.used(tenant.as_str(), at),
             resets_at: day_end(at),
         })
     }
@@ -84,7 +77,7 @@ impl Cairn {
 
     /// Counts tokens a run spent against its tenant's budget.
     pub(crate) fn charge_tokens(&self, tenant: &TenantId, usage: &Usage) {
-        self.consolidator.ledger().charge(
+        self.consolidator.ledger.charge(
             tenant.as_str(),
             crate::now(),
             usage.input_tokens.saturating_add(usage.output_tokens),

@@ -411,17 +411,14 @@ impl Cairn {
                 outcome.deferred_until = Some(resets_at);
                 if !options.dry_run {
                     lock.check_not_erasing()?;
-                    let deferred = ConsolidationJob {
-                        id: new_id("job"),
-                        subject: scope.subject().to_owned(),
-                        request_id: context.request_id.clone(),
-                        assistant_context: assistant_context.clone(),
-                        created_at: now(),
-                        run_after: resets_at,
-                        attempts: 0,
-                        last_error: None,
-                        dead_at: None,
-                    };
+                    let deferred = queued_job(
+                        new_id("job"),
+                        scope,
+                        context,
+                        assistant_context.clone(),
+                        now(),
+                        resets_at,
+                    );
                     let event = crate::audit_event(
                         scope,
                         context,
@@ -499,17 +496,15 @@ impl Cairn {
             if turn_over {
                 // The rest waits for this scope's next turn, as a job of its own.
                 let id = plan.next_id("job");
-                plan.changes.push(Change::EnqueueJob(ConsolidationJob {
+                let at = now();
+                plan.changes.push(Change::EnqueueJob(queued_job(
                     id,
-                    subject: scope.subject().to_owned(),
-                    request_id: context.request_id.clone(),
-                    assistant_context: assistant_context.clone(),
-                    created_at: now(),
-                    run_after: now(),
-                    attempts: 0,
-                    last_error: None,
-                    dead_at: None,
-                }));
+                    scope,
+                    context,
+                    assistant_context.clone(),
+                    at,
+                    at,
+                )));
             }
             plan.changes.push(Change::MoveWatermark {
                 expected: watermark,
@@ -1132,6 +1127,29 @@ fn run_audit(
         targets,
         serde_json::json!({ "run_id": run_id, "decisions": decisions }),
     )
+}
+
+/// A consolidation job of the scope, queued at `created_at` and due at `run_after`,
+/// with no attempts yet.
+pub(crate) fn queued_job(
+    id: String,
+    scope: &Scope,
+    context: &RequestContext,
+    assistant_context: Vec<String>,
+    created_at: DateTime<Utc>,
+    run_after: DateTime<Utc>,
+) -> ConsolidationJob {
+    ConsolidationJob {
+        id,
+        subject: scope.subject().to_owned(),
+        request_id: context.request_id.clone(),
+        assistant_context,
+        created_at,
+        run_after,
+        attempts: 0,
+        last_error: None,
+        dead_at: None,
+    }
 }
 
 /// Assistant text of the pending jobs, each distinct text once, the newest `limit`.
