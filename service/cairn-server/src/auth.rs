@@ -125,8 +125,26 @@ impl RemoteKeys {
         (stale || unknown) && allowed
     }
 
+    /// Fetches when a token with this key id calls for it; a request that waited for
+    /// another's fetch checks again, so concurrent requests cause one fetch.
+    async fn refresh_for(&self, kid: Option<&str>) -> Result<(), KeyError> {
+        if !self.wants_fetch(kid) {
+            return Ok(());
+        }
+        let _one = self.fetching.lock().await;
+        if self.wants_fetch(kid) {
+            self.fetch_locked().await?;
+        }
+        Ok(())
+    }
+
     async fn fetch(&self) -> Result<usize, KeyError> {
         let _one = self.fetching.lock().await;
+        self.fetch_locked().await
+    }
+
+    /// Fetches the key set; the caller holds `fetching`.
+    async fn fetch_locked(&self) -> Result<usize, KeyError> {
         if let Ok(mut tried) = self.tried.lock() {
             *tried = Some(std::time::Instant::now());
         }
@@ -160,6 +178,11 @@ impl RemoteKeys {
         }
         Ok(count)
     }
+}
+
+fn decode_header(token: &str) -> Result<jsonwebtoken::Header, AuthError> {
+    jsonwebtoken::decode_header(token)
+        .map_err(|error| AuthError::Invalid(format!("malformed header ({error})")))
 }
 
 /// The entries of a comma-separated list setting.
@@ -255,23 +278,21 @@ impl Verifier {
     /// [`Verifier::verify`], fetching the JWKS first when it is stale or does not hold
     /// the token's key id (at most once per [`JWKS_MIN_INTERVAL`]).
     pub async fn verify_fresh(&self, token: &str) -> Result<Principal, AuthError> {
-        if let Some(remote) = &self.remote {
-            let kid = jsonwebtoken::decode_header(token)
-                .ok()
-                .and_then(|header| header.kid);
-            if remote.wants_fetch(kid.as_deref())
-                && let Err(error) = remote.fetch().await
-            {
-                tracing::warn!(error = %error, "fetching the JWKS failed; the cached keys stay in use");
-            }
+        let header = decode_header(token)?;
+        if let Some(remote) = &self.remote
+            && let Err(error) = remote.refresh_for(header.kid.as_deref()).await
+        {
+            tracing::warn!(error = %error, "fetching the JWKS failed; the cached keys stay in use");
         }
-        self.verify(token)
+        self.verify_with_header(token, &header)
     }
 
     /// Verifies a compact JWT and returns the principal it proves, with the keys held now.
     pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|error| AuthError::Invalid(format!("malformed header ({error})")))?;
+        self.verify_with_header(token, &decode_header(token)?)
+    }
+
+    fn verify_with_header(&self, token: &str, header: &jsonwebtoken::Header) -> Result<Principal, AuthError> {
         let remote = self.remote.as_ref().map(RemoteKeys::current).unwrap_or_default();
         let candidates = self.keys.iter().chain(remote.iter()).filter(|candidate| {
             candidate.algorithm == header.alg
