@@ -253,23 +253,29 @@ macro_rules! facts_eventually {
     }};
 }
 
-/// Ingests one message "I love <place>" per place, queued for the background worker.
-macro_rules! queue_loves {
-    ($service:expr, $bearer:expr, $user:expr, $places:expr) => {{
-        let messages: Vec<Value> = $places
+/// Ingests one user message per text, with the given consolidation mode, and asserts
+/// the episodes were stored.
+macro_rules! ingest_said {
+    ($service:expr, $bearer:expr, $user:expr, $texts:expr, $mode:expr) => {{
+        let messages: Vec<Value> = $texts
             .iter()
-            .map(|place| json!({ "role": "user", "content": format!("I love {place}") }))
+            .map(|text| json!({ "role": "user", "content": text }))
             .collect();
         let (status, body, _) = call(
             $service,
             Method::POST,
             &format!("/v1/users/{}/episodes", $user),
             Some($bearer),
-            Some(json!({ "messages": messages })),
+            Some(json!({ "messages": messages, "consolidate": $mode })),
         )
         .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }};
+}
+
+/// "I love <place>" for each place.
+fn loves(places: &[&str]) -> Vec<String> {
+    places.iter().map(|place| format!("I love {place}")).collect()
 }
 
 fn status_of<'a>(facts: &'a [Value], needle: &str) -> Vec<&'a str> {
@@ -689,19 +695,7 @@ async fn erasure_during_a_consolidation_run_leaves_nothing_behind() {
     let harness = harness_with(move |config| llm_config(config, "openai", url)).await;
     let service = &harness.service;
     let owner = token("acme", ALL);
-    let messages: Vec<Value> = said
-        .iter()
-        .map(|text| json!({ "role": "user", "content": text }))
-        .collect();
-    let (status, body, _) = call(
-        service,
-        Method::POST,
-        "/v1/users/eve/episodes",
-        Some(&owner),
-        Some(json!({ "messages": messages, "consolidate": "none" })),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    ingest_said!(service, &owner, "eve", said, "none");
 
     script.lock().expect("lock").faults = vec![Fault::Sleep(Duration::from_millis(700))].into();
     let consolidate = call(
@@ -959,7 +953,7 @@ async fn a_long_backlog_is_consolidated_in_turns() {
     let places = [
         "Lisbon", "Kyoto", "Oslo", "Quito", "Hanoi", "Dakar", "Perth", "Lima", "Riga", "Cusco",
     ];
-    queue_loves!(&service, &owner, "kim", places);
+    ingest_said!(&service, &owner, "kim", loves(&places), "async");
     let worker = spawn_consolidation_worker(state);
     let mut found = Vec::new();
     for _ in 0..200 {
@@ -1088,24 +1082,13 @@ async fn concurrent_runs_of_one_user_never_double_a_batch() {
     let harness = harness_with(|_| {}).await;
     let service = &harness.service;
     let owner = token("acme", ALL);
-    let messages: Vec<Value> = [
+    let said = [
         "I live in Nantes",
         "I work at Airbus",
         "I'm vegetarian",
         "I love sailing",
-    ]
-    .iter()
-    .map(|text| json!({ "role": "user", "content": text }))
-    .collect();
-    let (status, body, _) = call(
-        service,
-        Method::POST,
-        "/v1/users/zoe/episodes",
-        Some(&owner),
-        Some(json!({ "messages": messages, "consolidate": "none" })),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    ];
+    ingest_said!(service, &owner, "zoe", said, "none");
     let run = || {
         call(
             service,
@@ -1207,7 +1190,7 @@ async fn a_spent_token_budget_defers_background_runs_and_refuses_explicit_ones()
     let state = web::Data::new(build_state(&configured).await.expect("state"));
     let service = test::init_service(http::app(state.clone())).await;
     let owner = token("acme", ALL);
-    queue_loves!(&service, &owner, "ines", places);
+    ingest_said!(&service, &owner, "ines", loves(&places), "async");
     let worker = spawn_consolidation_worker(state);
     let mut deferred = Value::Null;
     for _ in 0..200 {

@@ -45,6 +45,11 @@ impl Control {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// Blocks while `waiting` holds of the state.
+    fn wait_while(&self, waiting: impl FnMut(&mut State) -> bool) {
+        drop(self.changed.wait_while(self.lock(), waiting));
+    }
 }
 
 /// The proxy: every client connection gets a thread and its own upstream connection.
@@ -93,14 +98,7 @@ impl Proxy {
     }
 
     fn wait_until_holding(&self) {
-        let mut state = self.control.lock();
-        while !state.holding {
-            state = self
-                .control
-                .changed
-                .wait(state)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
+        self.control.wait_while(|state| !state.holding);
     }
 
     fn release(&self) {
@@ -193,15 +191,9 @@ fn serve(mut client: TcpStream, upstream: &str, control: &Control) -> std::io::R
             continue;
         }
         if mode == Some(Mode::Hold) {
-            let mut state = control.lock();
-            state.holding = true;
+            control.lock().holding = true;
             control.changed.notify_all();
-            while !state.released {
-                state = control
-                    .changed
-                    .wait(state)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
+            control.wait_while(|state| !state.released);
         }
         if node.is_none() {
             let stream = TcpStream::connect(upstream)?;
