@@ -4,11 +4,13 @@
 //! storage engine. The one way to obtain a [`Scope`] is through an authenticated
 //! [`Principal`], so every store query is tied to a tenant by construction.
 
+pub mod bm25;
 pub mod consolidate;
 pub mod embed;
 pub mod error;
 pub mod ids;
 pub mod model;
+pub mod porter;
 pub mod rerank;
 pub mod scope;
 pub mod store;

@@ -15,6 +15,7 @@ pub mod query;
 
 pub use client::Engine;
 
+use cairn_core::bm25::{self, ScopeStatistics};
 use cairn_core::{
     AuditEvent, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus,
     LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter, TenantId,
@@ -764,20 +765,60 @@ impl MemoryStore for ClusterStore {
 
     async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
         self.ready()?;
-        let Some(body) = query::text_search(scope, query) else {
+        let terms = bm25::query_terms(&query.text);
+        let Some(body) = query::text_search(scope, query, &terms) else {
             return Ok(Vec::new());
         };
         let tier = query.filter.tier;
-        self.scoped_search(scope, tier_index(tier), body)
-            .await?
+        let kind = tier_index(tier);
+        let (found, counted) = tokio::try_join!(
+            self.scoped_search(scope, kind, body),
+            self.search(
+                kind,
+                Some(scope.tenant().as_str()),
+                query::term_statistics(scope, query, &terms),
+            ),
+        )?;
+        let statistics = ScopeStatistics {
+            documents: counted["hits"]["total"]["value"].as_u64().unwrap_or(0),
+            containing: (0..terms.len())
+                .map(|index| {
+                    counted["aggregations"]["terms"]["buckets"][index]["doc_count"]
+                        .as_u64()
+                        .unwrap_or(0)
+                })
+                .collect(),
+        };
+        let context_weight = if query.searches_context() {
+            Some(query.context_weight)
+        } else {
+            None
+        };
+        let fields: Vec<bm25::Fields<'_>> = found
             .iter()
             .map(|hit| {
+                let source = &hit["_source"];
+                let mut fields = vec![(source["text"].as_str().unwrap_or(""), 1.0)];
+                if let (Some(weight), Some(context)) = (context_weight, source["context"].as_str()) {
+                    fields.push((context, weight));
+                }
+                fields
+            })
+            .collect();
+        let scores = bm25::scores(&terms, &statistics, &fields);
+        let mut hits = found
+            .iter()
+            .zip(scores)
+            .map(|(hit, score)| {
                 Ok(TextHit {
                     memory: memory_of(tier, &hit["_source"])?,
-                    score: hit["_score"].as_f64().unwrap_or(0.0),
+                    score,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        // Stable: candidates that score alike keep the index's order.
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        Ok(hits)
     }
 
     async fn search_vector(&self, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>> {

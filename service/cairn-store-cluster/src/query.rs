@@ -6,7 +6,7 @@
 
 use crate::client::Engine;
 use crate::docs::micros;
-use cairn_core::text::query_terms;
+use cairn_core::bm25::Term;
 use cairn_core::{Scope, SearchFilter, TextQuery, Tier};
 use serde_json::{Value, json};
 
@@ -70,22 +70,44 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
     conditions
 }
 
-/// BM25 over `text`: any of the query's terms (stopwords dropped, as in the embedded
-/// store), inside the tier's scope and currency filter. `None` without a searchable term.
-pub fn text_search(scope: &Scope, query: &TextQuery) -> Option<Value> {
+/// The candidates of a text search: any of `terms` in `text` (and an episode's
+/// context), inside the tier's scope and currency filter, ranked by the index. Their
+/// scores are computed afresh from the scope's own statistics ([`term_statistics`]).
+/// `None` without a searchable term.
+pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Option<Value> {
     let filter = &query.filter;
-    let terms = query_terms(&query.text);
     if terms.is_empty() {
         return None;
     }
+    let words: Vec<&str> = terms.iter().map(|term| term.word.as_str()).collect();
     Some(json!({
         "size": filter.limit,
         "track_total_hits": false,
         "query": { "bool": {
             "filter": restrictions(scope, filter),
-            "must": matching(query, terms.join(" "))
+            "must": matching(query, words.join(" "))
         } }
     }))
+}
+
+/// The scope's documents in a tier (the exact total) and, per term, how many of them
+/// hold it in the searched fields: a filter aggregation per term under the scope filter.
+pub fn term_statistics(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Value {
+    let fields: &[&str] = if query.searches_context() {
+        &["text", "context"]
+    } else {
+        &["text"]
+    };
+    let per_term: Vec<Value> = terms
+        .iter()
+        .map(|term| json!({ "multi_match": { "query": term.word, "fields": fields } }))
+        .collect();
+    json!({
+        "size": 0,
+        "track_total_hits": true,
+        "query": { "bool": { "filter": scope_filter(scope) } },
+        "aggs": { "terms": { "filters": { "filters": per_term } } }
+    })
 }
 
 /// The scoring clause of a text search: episodes match on their text and, with the

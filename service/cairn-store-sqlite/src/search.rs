@@ -3,35 +3,35 @@
 
 use crate::rows::{self, micros, scope_key};
 use crate::vectors::{Currency, Delta, ScopeIndex, VectorIndexes};
-use cairn_core::text::query_terms;
+use cairn_core::bm25::{self, ScopeStatistics, Term};
 use cairn_core::{
     Error, FactType, Memory, Result, Scope, SearchFilter, TextHit, TextQuery, Tier, VectorQuery, cosine,
 };
 use rusqlite::Connection;
 use rusqlite::types::Value;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 fn storage(error: rusqlite::Error) -> Error {
     Error::Storage(error.to_string())
 }
 
-/// Builds an FTS5 query from free text: the scope token is required, and the text's
-/// tokens are alternatives in the searched `columns`. Every token is quoted, so no user
-/// input is ever parsed as FTS5 syntax. `None` when the text has no searchable token.
-fn match_expression(scope: &Scope, columns: &str, text: &str) -> Option<String> {
-    let terms = query_terms(text);
-    if terms.is_empty() {
-        return None;
-    }
+/// An FTS5 query: the scope token is required, and any of `terms` in the searched
+/// `columns`. Every word is quoted, so no user input is ever parsed as FTS5 syntax.
+fn match_expression(scope: &Scope, columns: &str, terms: &[Term]) -> String {
     let alternatives = terms
         .iter()
-        .map(|term| format!("\"{}\"", term.replace('"', "")))
+        .map(|term| quoted(&term.word))
         .collect::<Vec<_>>()
         .join(" OR ");
-    Some(format!(
-        "scope_key : \"{}\" AND {columns} : ({alternatives})",
-        scope_key(scope)
-    ))
+    format!(
+        "scope_key : {} AND {columns} : ({alternatives})",
+        quoted(&scope_key(scope))
+    )
+}
+
+fn quoted(word: &str) -> String {
+    format!("\"{}\"", word.replace('"', ""))
 }
 
 /// Appends a parameter and returns its placeholder.
@@ -116,21 +116,25 @@ fn full_text(query: &TextQuery) -> (&'static str, &'static str, Vec<f64>) {
     }
 }
 
-/// BM25 over the records that pass the restrictions. The ranking statement reads only
-/// row ids, scores and the columns the conditions test; the full rows (vectors
-/// included) are loaded for the winners alone.
+/// BM25 over the records that pass the restrictions, scored with the scope's own
+/// statistics ([`bm25`]): FTS5 finds the candidates, reading only row ids and the
+/// columns the conditions test; their rows are loaded and scored afresh.
 pub fn search_text(connection: &Connection, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
-    let (fts, searched, weights) = full_text(query);
-    let Some(expression) = match_expression(scope, searched, &query.text) else {
+    let terms = bm25::query_terms(&query.text);
+    if terms.is_empty() || query.filter.limit == 0 {
         return Ok(Vec::new());
-    };
+    }
+    let (fts, searched, weights) = full_text(query);
     let mut parameters = Vec::new();
     let weights: Vec<String> = weights
         .into_iter()
         .map(|weight| bind(&mut parameters, Value::Real(weight)))
         .collect();
     let rank = format!("bm25({fts}, {})", weights.join(", "));
-    let matched = bind(&mut parameters, Value::Text(expression));
+    let matched = bind(
+        &mut parameters,
+        Value::Text(match_expression(scope, searched, &terms)),
+    );
     let restrict = &query.filter;
     let conditions = restrictions(scope, restrict, &mut parameters);
     let limit = bind(
@@ -141,31 +145,125 @@ pub fn search_text(connection: &Connection, scope: &Scope, query: &TextQuery) ->
     // CROSS JOIN keeps the full-text match as the outer loop: the planner must not
     // walk the scope's rows and probe the FTS index once per row.
     let sql = format!(
-        "SELECT {fts}.rowid, {rank} AS rank FROM {fts} CROSS JOIN {table} ON {alias}.seq = {fts}.rowid \
-         WHERE {fts} MATCH {matched} AND {conditions} ORDER BY rank LIMIT {limit}"
+        "SELECT {fts}.rowid FROM {fts} CROSS JOIN {table} ON {alias}.seq = {fts}.rowid \
+         WHERE {fts} MATCH {matched} AND {conditions} ORDER BY {rank} LIMIT {limit}"
     );
-    let ranked: Vec<(i64, f64)> = connection
+    let seqs: Vec<i64> = connection
         .prepare_cached(&sql)
         .map_err(storage)?
-        .query_map(rusqlite::params_from_iter(parameters.iter()), |row| {
+        .query_map(rusqlite::params_from_iter(parameters.iter()), |row| row.get(0))
+        .map_err(storage)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(storage)?;
+    if seqs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut by_seq = load_rows(connection, scope, query.filter.tier, seqs.iter().copied())?;
+    let candidates: Vec<(i64, Memory)> = seqs
+        .iter()
+        .filter_map(|seq| by_seq.remove(seq).map(|memory| (*seq, memory)))
+        .collect();
+    let contexts = if query.searches_context() {
+        contexts(connection, &seqs)?
+    } else {
+        HashMap::new()
+    };
+    let texts: Vec<Cow<'_, str>> = candidates
+        .iter()
+        .map(|(_, memory)| searchable_text(memory))
+        .collect();
+    let fields: Vec<bm25::Fields<'_>> = candidates
+        .iter()
+        .zip(&texts)
+        .map(|((seq, _), text)| {
+            let mut fields = vec![(text.as_ref(), 1.0)];
+            if let Some(context) = contexts.get(seq) {
+                fields.push((context.as_str(), query.context_weight));
+            }
+            fields
+        })
+        .collect();
+    let statistics = statistics(connection, scope, query, &terms)?;
+    let scores = bm25::scores(&terms, &statistics, &fields);
+    let mut hits: Vec<TextHit> = candidates
+        .into_iter()
+        .zip(scores)
+        .map(|((_, memory), score)| TextHit { memory, score })
+        .collect();
+    // Stable: candidates that score alike keep the index's order.
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ok(hits)
+}
+
+/// The text a tier's full-text index holds for a record.
+fn searchable_text(memory: &Memory) -> Cow<'_, str> {
+    match memory {
+        Memory::Fact(fact) => Cow::Borrowed(&fact.text),
+        Memory::Episode(episode) => Cow::Borrowed(&episode.text),
+        Memory::Playbook(playbook) => Cow::Owned(playbook.searchable_text()),
+    }
+}
+
+/// The context indexed beside each of these episodes.
+fn contexts(connection: &Connection, seqs: &[i64]) -> Result<HashMap<i64, String>> {
+    let placeholders = vec!["?"; seqs.len()].join(", ");
+    let sql = format!("SELECT rowid, context FROM episodes_fts WHERE rowid IN ({placeholders})");
+    let mut statement = connection.prepare(&sql).map_err(storage)?;
+    let rows: Vec<(i64, Option<String>)> = statement
+        .query_map(rusqlite::params_from_iter(seqs), |row| {
             Ok((row.get(0)?, row.get(1)?))
         })
         .map_err(storage)?
         .collect::<rusqlite::Result<_>>()
         .map_err(storage)?;
-    let mut by_seq = load_rows(
-        connection,
-        scope,
-        query.filter.tier,
-        ranked.iter().map(|(seq, _)| *seq),
-    )?;
-    Ok(ranked
+    Ok(rows
         .into_iter()
-        .filter_map(|(seq, rank)| {
-            // FTS5's bm25() is negated so that smaller sorts first; report the score.
-            by_seq.remove(&seq).map(|memory| TextHit { memory, score: -rank })
-        })
+        .filter_map(|(seq, context)| Some((seq, context?)))
         .collect())
+}
+
+/// The scope's record count in the query's tier, and how many of those records hold
+/// each term in the searched columns. Rows are tied to the scope by their tenant and
+/// user columns, not by the scope token alone.
+fn statistics(
+    connection: &Connection,
+    scope: &Scope,
+    query: &TextQuery,
+    terms: &[Term],
+) -> Result<ScopeStatistics> {
+    let (fts, searched, _) = full_text(query);
+    let (_, table, alias) = layout(query.filter.tier);
+    let mut parameters = vec![
+        Value::Text(scope.tenant().as_str().to_owned()),
+        Value::Text(scope.user().as_str().to_owned()),
+    ];
+    let mut counts = vec![format!(
+        "(SELECT count(*) FROM {table} WHERE {alias}.tenant = ?1 AND {alias}.user_id = ?2)"
+    )];
+    for term in terms {
+        let matched = bind(
+            &mut parameters,
+            Value::Text(match_expression(scope, searched, std::slice::from_ref(term))),
+        );
+        counts.push(format!(
+            "(SELECT count(*) FROM {fts} CROSS JOIN {table} ON {alias}.seq = {fts}.rowid \
+             WHERE {fts} MATCH {matched} AND {alias}.tenant = ?1 AND {alias}.user_id = ?2)"
+        ));
+    }
+    let sql = format!("SELECT {}", counts.join(", "));
+    let counts: Vec<u64> = connection
+        .prepare_cached(&sql)
+        .map_err(storage)?
+        .query_row(rusqlite::params_from_iter(parameters), |row| {
+            (0..=terms.len())
+                .map(|column| row.get::<_, i64>(column).map(|count| count.max(0).unsigned_abs()))
+                .collect()
+        })
+        .map_err(storage)?;
+    Ok(ScopeStatistics {
+        documents: counts.first().copied().unwrap_or(0),
+        containing: counts.into_iter().skip(1).collect(),
+    })
 }
 
 /// Loads whole rows of a tier by row id, within the scope.
@@ -359,4 +457,50 @@ pub fn delta(connection: &Connection, scope: &Scope, tier: Tier, ids: &[&str]) -
         }
     }
     Ok(delta)
+}
+
+#[cfg(test)]
+mod tests {
+    use cairn_core::porter;
+
+    /// The stems that scoring compares words by are the stems FTS5 indexes.
+    #[test]
+    fn the_porter_stemmer_agrees_with_fts5() {
+        let words = cairn_store_tests::vocabulary();
+        assert!(words.len() > 1_500, "{} words", words.len());
+        let connection = rusqlite::Connection::open_in_memory().expect("open");
+        connection
+            .execute_batch(
+                "CREATE VIRTUAL TABLE words USING fts5 (word, tokenize = 'porter unicode61 remove_diacritics 2');
+                 CREATE VIRTUAL TABLE stems USING fts5vocab (words, 'instance');",
+            )
+            .expect("schema");
+        let mut insert = connection
+            .prepare("INSERT INTO words (rowid, word) VALUES (?1, ?2)")
+            .expect("prepare");
+        let by_row: Vec<&String> = words.iter().collect();
+        for (row, word) in by_row.iter().enumerate() {
+            insert
+                .execute(rusqlite::params![row as i64, word])
+                .expect("insert");
+        }
+        let mut statement = connection
+            .prepare("SELECT doc, term FROM stems")
+            .expect("prepare");
+        let stems: Vec<(i64, String)> = statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows");
+        assert_eq!(stems.len(), words.len());
+        let disagreements: Vec<String> = stems
+            .iter()
+            .filter_map(|(row, fts5)| {
+                let word = by_row[usize::try_from(*row).ok()?];
+                let ours = porter::stem(word);
+                (ours != *fts5).then(|| format!("{word}: fts5 {fts5}, ours {ours}"))
+            })
+            .collect();
+        assert!(disagreements.is_empty(), "{disagreements:?}");
+    }
 }

@@ -44,6 +44,7 @@ macro_rules! conformance_suite {
             jobs_are_durable_leased_and_scoped,
             tenants_take_turns_and_dead_letters_wait_for_a_retry,
             racing_outcomes_all_count_and_commits_leave_nothing_to_recover,
+            text_scores_use_only_the_scopes_statistics,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -57,6 +58,33 @@ macro_rules! conformance_suite {
             }
         )*
     };
+}
+
+/// Every word of the project's own prose and evaluation scenarios, plus the classic
+/// examples of each Porter rule, lower-cased and sorted: the vocabulary on which each
+/// backend's index must stem words as scoring does (`cairn_core::porter`).
+pub fn vocabulary() -> Vec<String> {
+    let corpus = [
+        include_str!("../../../README.md"),
+        include_str!("../../../ARCHITECTURE.md"),
+        include_str!("../../../evals/scenarios/scenarios.json"),
+        include_str!("../../../evals/scenarios/holdout.json"),
+        "possibility generalizations relational conditional archaeology hopefulness \
+         sensitivity conformably agreed feed plastered motoring conflated troubled sized \
+         hopping falling filing happy skies dying lying news electrical adjustment \
+         controlling vietnamization predication operator feudalism decisiveness \
+         formality sensibility triplicate formative formalize electricity hopeful \
+         goodness revival allowance inference airliner gyroscopic adjustable defensible \
+         irritant replacement dependent adoption homologous communism activate \
+         angularity effective bowdlerize probate rate cease controll roll",
+    ];
+    let words: std::collections::BTreeSet<String> = corpus
+        .iter()
+        .flat_map(|text| text.split(|c: char| !c.is_ascii_alphabetic()))
+        .filter(|word| !word.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    words.into_iter().collect()
 }
 
 /// A scope as the authentication layer would produce it.
@@ -2081,6 +2109,102 @@ pub async fn an_active_value_is_held_once(store: Arc<dyn MemoryStore>) {
         .commit(&alice, unique(&alice, &fact("The user plays the oboe", at)))
         .await
         .expect("a value no longer active may be written again");
+}
+
+/// Full-text scores come from the scope's own records: what other tenants (or other
+/// users of the tenant) store never moves them, so a score cannot tell anyone how often
+/// a word occurs in someone else's memory.
+pub async fn text_scores_use_only_the_scopes_statistics(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let outsiders = [scope("evil", "alice"), scope("acme", "bob")];
+    let now = Utc::now();
+    let episode = |session: &str, text: &str| cairn_core::Episode {
+        id: new_id("epi"),
+        session_id: Some(session.to_owned()),
+        text: text.to_owned(),
+        occurred_at: now,
+        ingested_at: now,
+        embedding: None,
+    };
+    for text in [
+        "The user runs marathons in Lisbon",
+        "The user collects vintage cameras",
+        "The user repairs cameras for friends",
+        "The user keeps cameras in a drawer",
+    ] {
+        insert(store.as_ref(), &alice, &fact(text, now)).await;
+    }
+    ingest_episodes(
+        store.as_ref(),
+        &alice,
+        vec![
+            episode("s1", "Which city is the marathon in?"),
+            episode("s1", "Lisbon, in October."),
+            episode("s2", "My cameras need new film."),
+        ],
+    )
+    .await;
+    let scores = |tier: Tier| {
+        let store = Arc::clone(&store);
+        let alice = alice.clone();
+        async move {
+            let filter = SearchFilter {
+                tier,
+                as_of: Utc::now(),
+                include_history: false,
+                fact_types: Vec::new(),
+                session_id: None,
+                limit: 50,
+            };
+            store
+                .search_text(&alice, &TextQuery::new(filter, "lisbon cameras"))
+                .await
+                .expect("search")
+                .into_iter()
+                .map(|hit| (hit.memory.id().to_owned(), hit.score))
+                .collect::<Vec<_>>()
+        }
+    };
+    let facts_before = scores(Tier::Semantic).await;
+    let episodes_before = scores(Tier::Episodic).await;
+    assert_eq!(facts_before.len(), 4, "{facts_before:?}");
+    assert_eq!(episodes_before.len(), 3, "{episodes_before:?}");
+    // In alice's records "lisbon" is rarer than "cameras", so it weighs more.
+    let lisbon = facts_before[0].1;
+    assert!(
+        facts_before[1..].iter().all(|(_, score)| *score < lisbon),
+        "{facts_before:?}"
+    );
+    assert!(
+        facts_before
+            .iter()
+            .all(|(_, score)| score.is_finite() && *score > 0.0)
+    );
+
+    // Others fill their memory with one of the words, at scale.
+    for outsider in &outsiders {
+        for index in 0..30 {
+            let text = format!("The user has cameras number {index} and {} more", index + 1);
+            insert(store.as_ref(), outsider, &fact(&text, now)).await;
+        }
+        let episodes = (0..20)
+            .map(|index| episode("s9", &format!("Photos of cameras, roll {index}")))
+            .collect();
+        ingest_episodes(store.as_ref(), outsider, episodes).await;
+    }
+    for (before, after) in [
+        (facts_before, scores(Tier::Semantic).await),
+        (episodes_before, scores(Tier::Episodic).await),
+    ] {
+        assert_eq!(before.len(), after.len(), "{before:?} {after:?}");
+        for ((id_before, score_before), (id_after, score_after)) in before.iter().zip(&after) {
+            assert_eq!(id_before, id_after, "the order moved: {before:?} {after:?}");
+            assert!(
+                (score_before - score_after).abs() < 1e-9,
+                "a score moved with other scopes' records: {before:?} {after:?}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -152,3 +152,51 @@ async fn a_replayed_batch_writes_nothing_twice() {
     );
     assert_eq!(store.watermark(&scope).await.expect("watermark"), 1);
 }
+
+/// Scoring compares words by their Porter stems (`cairn_core::porter`); the index's
+/// `cairn_text` analyzer must find the same stems, or a candidate the index matched
+/// would score as if it held nothing.
+#[tokio::test]
+async fn the_index_analyzer_stems_as_scoring_does() {
+    use elasticsearch::http::Method;
+    use elasticsearch::http::headers::HeaderMap;
+    use elasticsearch::http::request::JsonBody;
+    use elasticsearch::http::transport::Transport;
+    let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
+        return;
+    };
+    store.bootstrap().await.expect("bootstrap");
+    let words = cairn_store_tests::vocabulary();
+    let client = elasticsearch::Elasticsearch::new(Transport::single_node(&url).expect("transport"));
+    let path = format!("/{}-facts/_analyze", store.prefix());
+    let answer: serde_json::Value = client
+        .send(
+            Method::Post,
+            &path,
+            HeaderMap::new(),
+            Option::<&()>::None,
+            Some(JsonBody::new(
+                json!({ "analyzer": "cairn_text", "text": words.join(" ") }),
+            )),
+            None,
+        )
+        .await
+        .expect("analyze")
+        .json()
+        .await
+        .expect("analysis");
+    let tokens: Vec<&str> = answer["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .filter_map(|token| token["token"].as_str())
+        .collect();
+    assert_eq!(tokens.len(), words.len(), "one token per word");
+    let disagreements: Vec<String> = words
+        .iter()
+        .zip(&tokens)
+        .filter(|(word, index)| cairn_core::porter::stem(word) != **index)
+        .map(|(word, index)| format!("{word}: index {index}, ours {}", cairn_core::porter::stem(word)))
+        .collect();
+    assert!(disagreements.is_empty(), "{disagreements:?}");
+}

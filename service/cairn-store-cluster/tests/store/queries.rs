@@ -1,6 +1,7 @@
 //! Snapshots of every query body, for both engines. A scope filter that goes missing,
 //! or a kNN filter that moves out of the kNN clause, changes a snapshot.
 
+use cairn_core::bm25;
 use cairn_core::{FactStatus, FactType, SearchFilter, TextQuery, Tier};
 use cairn_store_cluster::{Engine, mappings, query};
 use chrono::{DateTime, Utc};
@@ -37,23 +38,30 @@ fn filter(tier: Tier) -> SearchFilter {
 #[test]
 fn text_queries_filter_scope_and_currency() {
     let scope = cairn_store_tests::scope("acme", "alice");
+    let terms = bm25::query_terms("Which sneakers does the user like?");
     for tier in [Tier::Semantic, Tier::Episodic, Tier::Procedural] {
-        let body = query::text_search(
-            &scope,
-            &TextQuery::new(filter(tier), "Which sneakers does the user like?"),
-        )
-        .expect("terms");
+        let query = TextQuery::new(filter(tier), "Which sneakers does the user like?");
+        let body = query::text_search(&scope, &query, &terms).expect("terms");
         insta::assert_json_snapshot!(format!("text_{}", tier.as_str()), sorted(&body));
+        // The statistics that score the candidates count the scope's records alone.
+        let statistics = query::term_statistics(&scope, &query, &terms);
+        insta::assert_json_snapshot!(format!("text_statistics_{}", tier.as_str()), sorted(&statistics));
     }
-    assert!(query::text_search(&scope, &TextQuery::new(filter(Tier::Semantic), "?!")).is_none());
+    assert!(query::text_search(&scope, &TextQuery::new(filter(Tier::Semantic), "?!"), &[]).is_none());
     let without_context = TextQuery {
         context_weight: 0.0,
         ..TextQuery::new(filter(Tier::Episodic), "sneakers")
     };
-    let body = query::text_search(&scope, &without_context).expect("terms");
+    let sneakers = bm25::query_terms("sneakers");
+    let body = query::text_search(&scope, &without_context, &sneakers).expect("terms");
     assert_eq!(
         body["query"]["bool"]["must"]["match"]["text"]["query"],
         "sneakers"
+    );
+    let counted = query::term_statistics(&scope, &without_context, &sneakers);
+    assert_eq!(
+        counted["aggs"]["terms"]["filters"]["filters"][0]["multi_match"]["fields"],
+        serde_json::json!(["text"])
     );
 }
 
