@@ -164,3 +164,29 @@ def test_a_tombstone_is_lifted_only_by_a_newer_restatement(make_server, tmp_path
         trail = server.call("GET", "/v1/users/bo/audit?limit=100", token).json()["items"]
         actions = [event["action"] for event in trail]
         assert "tombstone.lift" in actions and actions.count("fact.write_refused") == 3, actions
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_explained_scores_do_not_depend_on_other_tenants_memory(make_server, tmp_path, backend):
+    with served(make_server, tmp_path / "statistics", backend) as (server, token):
+        for text in ["The user runs marathons in Lisbon", "The user collects vintage cameras",
+                     "The user keeps cameras in a drawer"]:
+            assert server.call("POST", "/v1/users/ada/facts", token, {"text": text}).status == 201
+
+        def explained():
+            answer = server.call("POST", "/v1/users/ada/recall", token,
+                                 {"query": "lisbon cameras", "tiers": ["semantic"], "explain": True})
+            assert answer.status == 200, answer.body
+            return {hit["id"]: hit["explain"]["bm25_score"] for hit in answer.json()["hits"]}
+
+        before = explained()
+        assert len(before) == 3 and all(score > 0 for score in before.values()), before
+        # Another tenant (same user id) and another user of the tenant store the words at scale.
+        for other, user in [(server.mint("evil"), "ada"), (token, "bob")]:
+            for index in range(25):
+                text = f"The user has cameras number {index}" + (" from Lisbon" if index % 5 == 0 else "")
+                assert server.call("POST", f"/v1/users/{user}/facts", other, {"text": text}).status == 201
+        after = explained()
+        assert before.keys() == after.keys()
+        for fact_id, score in before.items():
+            assert abs(score - after[fact_id]) < 1e-9, (before, after)
