@@ -1,4 +1,4 @@
-//! The `cairn` command line: serve, mint tokens, bootstrap storage.
+//! The `cairn` command line: serve, mint tokens, bootstrap storage, back up and restore.
 
 use actix_web::{HttpServer, web};
 use anyhow::Context;
@@ -26,6 +26,18 @@ enum Command {
     Serve,
     /// Create or upgrade the storage of the configured backend (idempotent).
     Bootstrap,
+    /// Write a consistent copy of the embedded store to FILE while the service runs.
+    Backup {
+        /// The file to write; it must not exist.
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Make a backup the embedded store of CAIRN_DATA_DIR (the service must be stopped;
+    /// the store it replaces is kept beside it).
+    Restore {
+        #[arg(long)]
+        from: PathBuf,
+    },
     /// Token operations.
     Token {
         #[command(subcommand)]
@@ -96,12 +108,63 @@ fn bootstrap(config: &Config) -> anyhow::Result<()> {
     }
 }
 
+/// Backups are of the embedded store; a search cluster has its own snapshots.
+fn embedded_only(config: &Config, command: &str) -> anyhow::Result<()> {
+    match config.backend {
+        Backend::Embedded => Ok(()),
+        Backend::Opensearch | Backend::Elasticsearch => anyhow::bail!(
+            "`cairn {command}` works on the embedded store; back up a search cluster with its \
+             snapshot API (see the README)"
+        ),
+    }
+}
+
+fn backup(config: &Config, to: &std::path::Path) -> anyhow::Result<()> {
+    embedded_only(config, "backup")?;
+    let started = std::time::Instant::now();
+    let report = cairn_store_sqlite::backup(&config.data_dir, to)?;
+    println!(
+        "backed up {} ({} bytes, schema {}) to {} in {:.1} s",
+        config.data_dir.display(),
+        report.bytes,
+        report.schema_version,
+        to.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn restore(config: &Config, from: &std::path::Path) -> anyhow::Result<()> {
+    embedded_only(config, "restore")?;
+    let report = cairn_store_sqlite::restore(&config.data_dir, from)?;
+    // Opening brings an older backup's schema up to date (copying it aside first).
+    open_store(config)?;
+    match &report.replaced {
+        Some(aside) => println!(
+            "restored {} (schema {}) into {}; the store it replaced is {}",
+            from.display(),
+            report.schema_version,
+            config.data_dir.display(),
+            aside.display()
+        ),
+        None => println!(
+            "restored {} (schema {}) into {}",
+            from.display(),
+            report.schema_version,
+            config.data_dir.display()
+        ),
+    }
+    Ok(())
+}
+
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
         Command::Serve => serve(config),
         Command::Bootstrap => bootstrap(&config),
+        Command::Backup { to } => backup(&config, &to),
+        Command::Restore { from } => restore(&config, &from),
         Command::Token {
             command:
                 TokenCommand::Mint {
@@ -150,6 +213,14 @@ fn run() -> anyhow::Result<()> {
 
 fn serve(config: Config) -> anyhow::Result<()> {
     let telemetry = telemetry::init(&config)?;
+    // The embedded store belongs to this process while it serves: a second server or a
+    // restore on the same directory is refused instead of corrupting it.
+    let _lock = match config.backend {
+        Backend::Embedded => {
+            Some(cairn_store_sqlite::lock_data_dir(&config.data_dir).context("CAIRN_DATA_DIR")?)
+        }
+        Backend::Opensearch | Backend::Elasticsearch => None,
+    };
     let listen = config.listen.clone();
     let workers = config.workers;
     tracing::info!(listen = %listen, backend = ?config.backend, data_dir = %config.data_dir.display(), "cairn starting");

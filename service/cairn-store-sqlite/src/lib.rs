@@ -5,6 +5,7 @@
 //! queries concurrently. All SQLite work runs on the blocking thread pool, never on
 //! the async executor.
 
+mod backup;
 mod commit;
 mod cursor;
 mod rows;
@@ -25,6 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 const READER_CONNECTIONS: usize = 4;
+pub use backup::{BackupReport, DataDirLock, RestoreReport, UPGRADE_BACKUPS, backup, lock_data_dir, restore};
+
 const DATABASE_FILE: &str = "cairn.sqlite3";
 
 fn storage(error: rusqlite::Error) -> Error {
@@ -65,6 +68,22 @@ impl SqliteStore {
         let path = data_dir.join(DATABASE_FILE);
         let mut writer = Connection::open(&path).map_err(storage)?;
         schema::configure(&writer).map_err(storage)?;
+        // A store written by an older release is copied aside before its schema changes,
+        // so an upgrade can be rolled back by restoring the copy with the old binary.
+        let version = schema::version(&writer).map_err(storage)?;
+        if version > schema::SCHEMA_VERSION {
+            return Err(Error::Unavailable(format!(
+                "{} was written by a newer Cairn (schema {version}; this build knows up to {}): \
+                 run that release, or restore the copy its upgrade left in {}",
+                path.display(),
+                schema::SCHEMA_VERSION,
+                data_dir.join(UPGRADE_BACKUPS).display()
+            )));
+        }
+        if version > 0 && version < schema::SCHEMA_VERSION {
+            let copy = backup::before_upgrade(&writer, data_dir, version)?;
+            tracing::info!(from = version, to = schema::SCHEMA_VERSION, backup = %copy.display(), "upgrading the embedded store's schema");
+        }
         schema::migrate(&mut writer).map_err(storage)?;
         // The embedded store belongs to one process: a lease left in the file was held
         // by a process that is gone, so its job is due again now.

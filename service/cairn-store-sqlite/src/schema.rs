@@ -1,6 +1,6 @@
 //! The embedded store's schema and connection settings.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 pub const SCHEMA_VERSION: i64 = 5;
 
@@ -20,18 +20,31 @@ pub fn configure(connection: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// The schema version of an open store; 0 for a new (empty) one.
+pub fn version(connection: &Connection) -> rusqlite::Result<i64> {
+    let exists: bool = connection.query_row(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'schema_meta'",
+        [],
+        |row| row.get(0),
+    )?;
+    if !exists {
+        return Ok(0);
+    }
+    let current: Option<String> = connection
+        .query_row("SELECT value FROM schema_meta WHERE key = 'version'", [], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    Ok(current.and_then(|value| value.parse::<i64>().ok()).unwrap_or(0))
+}
+
 /// Creates every table once; later versions add migrations keyed on `SCHEMA_VERSION`.
 pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     let transaction = connection.transaction()?;
     transaction.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
     )?;
-    let current: Option<String> = transaction
-        .query_row("SELECT value FROM schema_meta WHERE key = 'version'", [], |row| {
-            row.get(0)
-        })
-        .ok();
-    let version = current.and_then(|value| value.parse::<i64>().ok()).unwrap_or(0);
+    let version = version(&transaction)?;
     if version < 1 {
         transaction.execute_batch(SCHEMA)?;
     }

@@ -121,6 +121,26 @@ async fn upgrading_from_version_2_indexes_episode_context() {
             .expect("downgrade");
     }
     let store = SqliteStore::open(directory.path()).expect("reopen and migrate");
+    // The version 2 file was copied aside before the upgrade, whole.
+    let copies: Vec<std::path::PathBuf> =
+        std::fs::read_dir(directory.path().join(cairn_store_sqlite::UPGRADE_BACKUPS))
+            .expect("backups directory")
+            .filter_map(|entry| Some(entry.ok()?.path()))
+            .collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert!(
+        copies[0].to_string_lossy().contains("cairn-schema-v2-"),
+        "{copies:?}"
+    );
+    let copy = rusqlite::Connection::open(&copies[0]).expect("open the copy");
+    let (version, episodes): (String, i64) = copy
+        .query_row(
+            "SELECT (SELECT value FROM schema_meta WHERE key = 'version'), (SELECT count(*) FROM episodes)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("read the copy");
+    assert_eq!((version.as_str(), episodes), ("2", 2));
     let search = |text: &str| {
         TextQuery::new(
             SearchFilter {
@@ -278,4 +298,144 @@ async fn page_cursors_reveal_nothing_of_other_scopes() {
             other => panic!("another scope's cursor was accepted: {other:?}"),
         }
     }
+}
+
+/// A backup taken while writes go on holds every write acknowledged before it began,
+/// and restores into another directory as a working store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_under_writes_restores_every_acknowledged_write() {
+    use cairn_core::{Change, ChangeSet, MemoryStore};
+    use std::sync::{Arc, Mutex};
+    let (store, directory) = fresh_store();
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (store, scope, acknowledged, stop) =
+            (store.clone(), scope.clone(), acknowledged.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut index = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                index += 1;
+                let record =
+                    cairn_store_tests::fact(&format!("The user owns {index} books"), chrono::Utc::now());
+                let event = cairn_store_tests::audit(&scope, "fact.create");
+                store
+                    .commit(
+                        &scope,
+                        ChangeSet::new(event).with(Change::InsertFact(record.clone())),
+                    )
+                    .await
+                    .expect("commit");
+                acknowledged.lock().expect("list").push(record.id);
+            }
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let before: Vec<String> = acknowledged.lock().expect("list").clone();
+    let target = directory.path().join("copy.sqlite3");
+    let report = {
+        let (data, target) = (directory.path().to_owned(), target.clone());
+        tokio::task::spawn_blocking(move || cairn_store_sqlite::backup(&data, &target))
+            .await
+            .expect("join")
+            .expect("backup")
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.await.expect("writer");
+    assert!(before.len() > 5, "writes went on: {}", before.len());
+    assert_eq!(report.schema_version, 5);
+    assert!(report.bytes > 0);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&target).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the backup holds secrets");
+    }
+    let refused = cairn_store_sqlite::backup(directory.path(), &target).expect_err("no overwrite");
+    assert!(refused.to_string().contains("already exists"), "{refused}");
+
+    let elsewhere = tempfile::tempdir().expect("temp dir");
+    let restored = cairn_store_sqlite::restore(elsewhere.path(), &target).expect("restore");
+    assert_eq!(restored.replaced, None);
+    let copy = SqliteStore::open(elsewhere.path()).expect("open the restored store");
+    for id in &before {
+        assert!(
+            copy.get_fact(&scope, id).await.expect("get").is_some(),
+            "{id} was acknowledged before the backup"
+        );
+    }
+}
+
+/// A restore refuses a directory another process holds, and files that are not a sound
+/// store; otherwise it keeps the store it replaces beside the restored one.
+#[tokio::test]
+async fn a_restore_refuses_a_store_in_use_and_keeps_what_it_replaces() {
+    use cairn_core::{Change, ChangeSet, MemoryStore};
+    let source = tempfile::tempdir().expect("temp dir");
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let record = cairn_store_tests::fact("The user plays the oboe", chrono::Utc::now());
+    {
+        let store = SqliteStore::open(source.path()).expect("open");
+        let event = cairn_store_tests::audit(&scope, "fact.create");
+        store
+            .commit(
+                &scope,
+                ChangeSet::new(event).with(Change::InsertFact(record.clone())),
+            )
+            .await
+            .expect("commit");
+    }
+    let backup = source.path().join("backup.sqlite3");
+    cairn_store_sqlite::backup(source.path(), &backup).expect("backup");
+
+    let (target_store, target) = fresh_store();
+    drop(target_store);
+    let before = std::fs::read(target.path().join("cairn.sqlite3")).expect("read");
+    {
+        let _serving = cairn_store_sqlite::lock_data_dir(target.path()).expect("lock");
+        let refused = cairn_store_sqlite::restore(target.path(), &backup).expect_err("in use");
+        assert_eq!(refused.code(), "store_in_use", "{refused}");
+        assert_eq!(
+            std::fs::read(target.path().join("cairn.sqlite3")).expect("read"),
+            before
+        );
+    }
+    let garbage = source.path().join("garbage");
+    std::fs::write(&garbage, b"not a database at all, just some bytes").expect("write");
+    // A store of a schema this build does not know yet: neither restored nor opened.
+    let newer = source.path().join("newer.sqlite3");
+    std::fs::copy(&backup, &newer).expect("copy");
+    rusqlite::Connection::open(&newer)
+        .and_then(|connection| {
+            connection.execute("UPDATE schema_meta SET value = '99' WHERE key = 'version'", [])
+        })
+        .expect("mark newer");
+    let newer_store = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(&newer, newer_store.path().join("cairn.sqlite3")).expect("copy");
+    let refused = SqliteStore::open(newer_store.path())
+        .err()
+        .expect("a newer schema is refused");
+    assert!(refused.to_string().contains("newer Cairn"), "{refused}");
+    for bad in [garbage, newer, source.path().join("missing")] {
+        let refused = cairn_store_sqlite::restore(target.path(), &bad).expect_err("refused");
+        assert_eq!(refused.code(), "invalid_request", "{refused}");
+    }
+    assert_eq!(
+        std::fs::read(target.path().join("cairn.sqlite3")).expect("read"),
+        before
+    );
+
+    let report = cairn_store_sqlite::restore(target.path(), &backup).expect("restore");
+    let aside = report.replaced.expect("the replaced store is kept");
+    assert_eq!(std::fs::read(&aside).expect("read aside"), before);
+    let restored = SqliteStore::open(target.path()).expect("open");
+    assert!(
+        restored
+            .get_fact(&scope, &record.id)
+            .await
+            .expect("get")
+            .is_some()
+    );
 }
