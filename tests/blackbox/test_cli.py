@@ -2,7 +2,7 @@
 
 import subprocess
 
-from conftest import REPO, SECRET, binary
+from conftest import REPO, SECRET, binary, free_port
 
 
 def run(args, env, timeout=30):
@@ -65,3 +65,20 @@ def test_bootstrap_is_idempotent(tmp_path):
         result = run(["bootstrap"], env)
         assert result.returncode == 0, result.stderr
     assert (tmp_path / "data" / "cairn.sqlite3").exists()
+
+
+def test_healthcheck_reports_readiness_without_a_shell(make_server, tmp_path):
+    server = make_server(tmp_path / "health")
+    # The service listens on every address; the check asks on loopback.
+    server.env["CAIRN_LISTEN"] = f"0.0.0.0:{server.port}"
+    server.start()
+    ready = run(["healthcheck"], server.env)
+    assert ready.returncode == 0 and ready.stdout.strip() == "ready", ready.stderr
+    server.stop()
+    down = run(["healthcheck", "--timeout", "2"], server.env)
+    assert down.returncode != 0 and "nothing answers" in down.stderr, down.stderr
+    # A service that answers but whose store is unreachable is not ready either.
+    unready = make_server(tmp_path / "unready", {"CAIRN_BACKEND": "opensearch",
+                                                 "CAIRN_CLUSTER_URL": f"http://127.0.0.1:{free_port()}"}).start()
+    answer = run(["healthcheck"], unready.env)
+    assert answer.returncode != 0 and "not ready" in answer.stderr and "503" in answer.stderr, answer.stderr

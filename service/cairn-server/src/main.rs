@@ -26,6 +26,13 @@ enum Command {
     Serve,
     /// Create or upgrade the storage of the configured backend (idempotent).
     Bootstrap,
+    /// Exit 0 when the local service answers /readyz with 200 (for container health
+    /// checks: no shell or HTTP client needed in the image).
+    Healthcheck {
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 5)]
+        timeout: u64,
+    },
     /// Write a consistent copy of the embedded store to FILE while the service runs.
     Backup {
         /// The file to write; it must not exist.
@@ -108,6 +115,47 @@ fn bootstrap(config: &Config) -> anyhow::Result<()> {
     }
 }
 
+/// Asks the service listening on `CAIRN_LISTEN` (on loopback when it listens on every
+/// address) whether it is ready: one plain HTTP/1.1 request to `/readyz`.
+fn healthcheck(config: &Config, timeout: std::time::Duration) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+    let mut address: SocketAddr = config
+        .listen
+        .to_socket_addrs()
+        .context("CAIRN_LISTEN")?
+        .next()
+        .with_context(|| format!("CAIRN_LISTEN: {} names no address", config.listen))?;
+    if address.ip().is_unspecified() {
+        address.set_ip(match address {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let mut stream = TcpStream::connect_timeout(&address, timeout)
+        .with_context(|| format!("nothing answers on {address}"))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    write!(
+        stream,
+        "GET /readyz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = Vec::new();
+    stream
+        .take(64 * 1024)
+        .read_to_end(&mut answer)
+        .with_context(|| format!("{address} did not answer"))?;
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) == Some("200") {
+        println!("ready");
+        Ok(())
+    } else {
+        let detail = answer.split("\r\n\r\n").nth(1).unwrap_or_default().trim();
+        anyhow::bail!("not ready ({status}): {detail}")
+    }
+}
+
 /// Backups are of the embedded store; a search cluster has its own snapshots.
 fn embedded_only(config: &Config, command: &str) -> anyhow::Result<()> {
     match config.backend {
@@ -163,6 +211,9 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve => serve(config),
         Command::Bootstrap => bootstrap(&config),
+        Command::Healthcheck { timeout } => {
+            healthcheck(&config, std::time::Duration::from_secs(timeout.max(1)))
+        }
         Command::Backup { to } => backup(&config, &to),
         Command::Restore { from } => restore(&config, &from),
         Command::Token {
