@@ -5,6 +5,7 @@ mod consolidation;
 mod episodes;
 mod facts;
 mod playbooks;
+mod portability;
 mod profile;
 mod recall;
 mod usage;
@@ -17,6 +18,10 @@ pub use consolidation::{
 pub use episodes::{ConsolidateMode, ConsolidationReport, IngestOutcome, IngestRequest, Message, Role};
 pub use facts::{Contradiction, FactInput, FactWriteOutcome};
 pub use playbooks::{PlaybookInput, PlaybookVersionInput};
+pub use portability::{
+    ExportedDecision, ExportedEpisode, ExportedFact, ExportedPlaybook, ExportedPlaybookVersion,
+    ExportedTombstone, ImportReport, Mem0Document, Mem0ImportReport, Mem0Memory, ScopeExport,
+};
 pub use profile::{Profile, ProfileRequest};
 pub use recall::{Explanation, Priors, RecallHit, RecallRequest, RecallResult, rrf};
 pub use usage::UsageLog;

@@ -377,6 +377,21 @@ impl Verifier {
     }
 }
 
+/// The operator at the command line (`cairn export`, `cairn import`): whoever can run
+/// the binary with the service's configuration and reach its store already holds every
+/// tenant's data, so the command acts as an admin of the tenant it names, and its audit
+/// events carry the subject `cli:<name>`.
+#[allow(clippy::disallowed_methods)]
+pub fn local_operator(tenant: &str, name: &str) -> anyhow::Result<Principal> {
+    let tenant = TenantId::parse(tenant).map_err(|error| anyhow::anyhow!("--tenant: {error}"))?;
+    Ok(Principal::from_verified_credential(
+        format!("cli:{name}"),
+        tenant,
+        None,
+        vec![Permission::Admin],
+    ))
+}
+
 #[allow(clippy::disallowed_methods)]
 fn principal_from_claims(claims: Claims) -> Result<Principal, AuthError> {
     if claims.sub.trim().is_empty() {

@@ -113,6 +113,8 @@ pub struct Config {
     /// Requests a tenant may send in a burst above the sustained rate.
     pub rate_limit_burst: u32,
     pub max_body_bytes: usize,
+    /// The body limit of `POST /v1/users/{user}/import`.
+    pub max_import_bytes: usize,
     pub max_text_chars: usize,
     /// Whether `/metrics` needs an admin token.
     pub metrics_require_auth: bool,
@@ -191,6 +193,7 @@ impl Default for Config {
             rate_limit_per_second: 50,
             rate_limit_burst: 100,
             max_body_bytes: 1024 * 1024,
+            max_import_bytes: 64 * 1024 * 1024,
             max_text_chars: 8_000,
             metrics_require_auth: false,
             otlp_endpoint: None,
@@ -271,6 +274,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("rate_limit_per_second", Kind::Integer),
     ("rate_limit_burst", Kind::Integer),
     ("max_body_bytes", Kind::Integer),
+    ("max_import_bytes", Kind::Integer),
     ("max_text_chars", Kind::Integer),
     ("metrics_require_auth", Kind::Boolean),
     ("otlp_endpoint", Kind::Text),
@@ -433,6 +437,12 @@ impl Config {
         }
         if self.max_body_bytes < 1024 {
             return Err(config_error("CAIRN_MAX_BODY_BYTES", "must be at least 1024"));
+        }
+        if self.max_import_bytes < self.max_body_bytes {
+            return Err(config_error(
+                "CAIRN_MAX_IMPORT_BYTES",
+                "must be at least CAIRN_MAX_BODY_BYTES",
+            ));
         }
         if self.max_text_chars == 0 {
             return Err(config_error("CAIRN_MAX_TEXT_CHARS", "must be positive"));

@@ -31,6 +31,8 @@ pub struct AppState {
     pub consolidation_run_cost: u32,
     pub metrics: Metrics,
     pub max_body_bytes: usize,
+    /// The body limit of an import, which carries a whole user's memory.
+    pub max_import_bytes: usize,
     pub metrics_require_auth: bool,
     /// The MCP transport, built once and shared by every worker.
     pub mcp: StreamableHttpService<CairnMcp>,
@@ -63,6 +65,7 @@ impl AppState {
             consolidation_run_cost: 10,
             metrics: Metrics::new()?,
             max_body_bytes,
+            max_import_bytes: 64 * 1024 * 1024,
             metrics_require_auth,
         })
     }

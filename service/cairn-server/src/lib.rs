@@ -134,26 +134,9 @@ fn write_private_file(path: &std::path::Path, contents: &str) -> anyhow::Result<
 
 /// Builds the shared application state from a validated configuration: keys, store,
 /// and the local embedding model (whose vectors must match what the store holds).
-pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
-    let secret = dev_secret(config)?;
-    let verifier = auth::Verifier::from_config(config, secret.as_deref())?;
-    // A JWKS URL is read once at start; an identity provider that is down then is
-    // retried by the first requests rather than keeping the service down.
-    match verifier.fetch_remote_keys().await {
-        Ok(Some(keys)) => tracing::info!(keys, "JWKS fetched"),
-        Ok(None) => {}
-        Err(error) => {
-            tracing::warn!(error = %error, "fetching the JWKS failed; it is tried again on requests")
-        }
-    }
-    let cluster = match config.backend {
-        Backend::Embedded => None,
-        Backend::Opensearch | Backend::Elasticsearch => Some(cluster_store(config)?),
-    };
-    let store: Arc<dyn MemoryStore> = match &cluster {
-        Some(cluster) => Arc::new(cluster.clone()),
-        None => open_store(config)?,
-    };
+/// The use cases over `store`, with the embedder, consolidation providers and rerankers
+/// the configuration names.
+pub fn build_cairn(config: &Config, store: Arc<dyn MemoryStore>) -> anyhow::Result<Cairn> {
     let embedder = cairn_inference::OnnxEmbedder::load(&config.embedder())
         .context("the embedding model could not be loaded (CAIRN_MODELS_DIR)")?;
     let settings = Settings {
@@ -216,6 +199,30 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         .context("CAIRN_RERANK_MODEL_DIR")?;
         cairn = cairn.with_reranker(Arc::new(reranker));
     }
+    Ok(cairn)
+}
+
+pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
+    let secret = dev_secret(config)?;
+    let verifier = auth::Verifier::from_config(config, secret.as_deref())?;
+    // A JWKS URL is read once at start; an identity provider that is down then is
+    // retried by the first requests rather than keeping the service down.
+    match verifier.fetch_remote_keys().await {
+        Ok(Some(keys)) => tracing::info!(keys, "JWKS fetched"),
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(error = %error, "fetching the JWKS failed; it is tried again on requests")
+        }
+    }
+    let cluster = match config.backend {
+        Backend::Embedded => None,
+        Backend::Opensearch | Backend::Elasticsearch => Some(cluster_store(config)?),
+    };
+    let store: Arc<dyn MemoryStore> = match &cluster {
+        Some(cluster) => Arc::new(cluster.clone()),
+        None => open_store(config)?,
+    };
+    let cairn = build_cairn(config, store)?;
     match cluster {
         // The cluster may be down at start: it is brought into service in the background.
         Some(cluster) => {
@@ -236,6 +243,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
         config.mcp_allowed_hosts(),
     )?;
     state.consolidation_run_cost = config.consolidation_run_cost;
+    state.max_import_bytes = config.max_import_bytes;
     Ok(state)
 }
 

@@ -1,4 +1,5 @@
-//! The `cairn` command line: serve, mint tokens, bootstrap storage, back up and restore.
+//! The `cairn` command line: serve, mint tokens, bootstrap storage, back up and restore,
+//! export and import users.
 
 use actix_web::{HttpServer, web};
 use anyhow::Context;
@@ -44,6 +45,30 @@ enum Command {
     Restore {
         #[arg(long)]
         from: PathBuf,
+    },
+    /// Write everything of one user as one JSON document (what GET
+    /// /v1/users/{user}/export answers).
+    Export {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        user: String,
+        /// Write here instead of standard output (readable by its owner only).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Take an export, or a mem0 `get_all` document, into one user.
+    Import {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        from: PathBuf,
+        /// `cairn` (an export, into a user with no memory) or `mem0` (each memory through
+        /// the write gates).
+        #[arg(long, default_value = "cairn")]
+        format: String,
     },
     /// Token operations.
     Token {
@@ -205,6 +230,120 @@ fn restore(config: &Config, from: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The use cases over the configured store, for a command run by the operator. The
+/// embedded store is taken for the command's lifetime: a running service keeps its own
+/// caches of it, so while it runs, its REST routes are the way in.
+struct Local {
+    runtime: tokio::runtime::Runtime,
+    cairn: cairn_app::Cairn,
+    _lock: Option<cairn_store_sqlite::DataDirLock>,
+}
+
+fn local(config: &Config, route: &str) -> anyhow::Result<Local> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (store, lock): (std::sync::Arc<dyn cairn_core::MemoryStore>, _) = match config.backend {
+        Backend::Embedded => {
+            let lock = cairn_store_sqlite::lock_data_dir(&config.data_dir)
+                .with_context(|| format!("while the service runs, use {route}"))?;
+            (open_store(config)?, Some(lock))
+        }
+        Backend::Opensearch | Backend::Elasticsearch => {
+            let store = cluster_store(config)?;
+            runtime
+                .block_on(store.bootstrap())
+                .map_err(|error| anyhow::anyhow!("CAIRN_CLUSTER_URL: {error}"))?;
+            (std::sync::Arc::new(store), None)
+        }
+    };
+    let cairn = cairn_server::build_cairn(config, store)?;
+    runtime
+        .block_on(cairn.claim_embedding_space())
+        .context("CAIRN_EMBEDDING_MODEL_DIR")?;
+    Ok(Local {
+        runtime,
+        cairn,
+        _lock: lock,
+    })
+}
+
+fn operator_scope(tenant: &str, user: &str) -> anyhow::Result<cairn_core::Scope> {
+    let principal = cairn_server::auth::local_operator(tenant, "operator")?;
+    principal
+        .scope_for(user, cairn_core::Permission::Admin)
+        .map_err(|error| anyhow::anyhow!("--user: {error}"))
+}
+
+fn export(config: &Config, tenant: &str, user: &str, out: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let scope = operator_scope(tenant, user)?;
+    let local = local(config, "GET /v1/users/{user}/export")?;
+    let document = local.runtime.block_on(local.cairn.export_scope(&scope))?;
+    let text = serde_json::to_string_pretty(&document)?;
+    match out {
+        Some(path) => {
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let mut file = options
+                .open(path)
+                .with_context(|| format!("--out: cannot create {}", path.display()))?;
+            std::io::Write::write_all(&mut file, text.as_bytes())?;
+            file.sync_all()?;
+            eprintln!(
+                "exported {} episodes, {} facts, {} playbooks, {} tombstones and {} decisions to {}",
+                document.episodes.len(),
+                document.facts.len(),
+                document.playbooks.len(),
+                document.tombstones.len(),
+                document.decisions.len(),
+                path.display()
+            );
+        }
+        None => println!("{text}"),
+    }
+    Ok(())
+}
+
+fn import(
+    config: &Config,
+    tenant: &str,
+    user: &str,
+    from: &std::path::Path,
+    format: &str,
+) -> anyhow::Result<()> {
+    let scope = operator_scope(tenant, user)?;
+    let text = std::fs::read(from).with_context(|| format!("--from: cannot read {}", from.display()))?;
+    let context = cairn_app::RequestContext {
+        request_id: format!("cli_{}", cairn_core::new_id("req")),
+    };
+    let report = match format {
+        "cairn" => {
+            let document: cairn_app::ScopeExport = serde_json::from_slice(&text)
+                .with_context(|| format!("{} is not a Cairn export", from.display()))?;
+            let local = local(config, "POST /v1/users/{user}/import")?;
+            let report = local
+                .runtime
+                .block_on(local.cairn.import_scope(&scope, &context, document))?;
+            serde_json::to_value(report)?
+        }
+        "mem0" => {
+            let document: cairn_app::Mem0Document = serde_json::from_slice(&text)
+                .with_context(|| format!("{} is not a mem0 get_all document", from.display()))?;
+            let local = local(config, "POST /v1/users/{user}/import?format=mem0")?;
+            let report = local
+                .runtime
+                .block_on(local.cairn.import_mem0(&scope, &context, document))?;
+            serde_json::to_value(report)?
+        }
+        other => anyhow::bail!("--format: must be cairn or mem0, not {other:?}"),
+    };
+    println!("{}", serde_json::json!({ "format": format, "imported": report }));
+    Ok(())
+}
+
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = Config::load(cli.config.as_deref())?;
@@ -216,6 +355,13 @@ fn run() -> anyhow::Result<()> {
         }
         Command::Backup { to } => backup(&config, &to),
         Command::Restore { from } => restore(&config, &from),
+        Command::Export { tenant, user, out } => export(&config, &tenant, &user, out.as_deref()),
+        Command::Import {
+            tenant,
+            user,
+            from,
+            format,
+        } => import(&config, &tenant, &user, &from, &format),
         Command::Token {
             command:
                 TokenCommand::Mint {

@@ -149,6 +149,18 @@ pub const ROUTES: &[(&str, &str, Option<Permission>, &str)] = &[
         "Erase the whole user",
     ),
     (
+        "GET",
+        "/v1/users/{user}/export",
+        Some(Permission::Admin),
+        "Everything of the user as one JSON document",
+    ),
+    (
+        "POST",
+        "/v1/users/{user}/import",
+        Some(Permission::Admin),
+        "An export (or, with ?format=mem0, a mem0 get_all document) back in",
+    ),
+    (
         "POST",
         "/mcp",
         Some(Permission::Read),
@@ -189,7 +201,9 @@ pub fn register(config: &mut web::ServiceConfig) {
                 .route("/decisions", web::get().to(decisions))
                 .route("/jobs", web::get().to(jobs))
                 .route("/jobs/{id}/retry", web::post().to(retry_job))
-                .route("/audit", web::get().to(audit)),
+                .route("/audit", web::get().to(audit))
+                .route("/export", web::get().to(export_user))
+                .route("/import", web::post().to(import_user)),
         )
         .default_service(web::to(not_found));
 }
@@ -530,4 +544,52 @@ async fn erase_user(caller: Authenticated, user: UserPath, state: State) -> Repl
     let scope = caller.scope(&user, Permission::Admin)?;
     let receipt = state.cairn.erase_user(&scope, &caller.context).await?;
     Ok(HttpResponse::Ok().json(wire::erasure(&receipt)))
+}
+
+async fn export_user(caller: Authenticated, user: UserPath, state: State) -> Reply {
+    let scope = caller.scope(&user, Permission::Admin)?;
+    let document = state.cairn.export_scope(&scope).await?;
+    Ok(HttpResponse::Ok().json(document))
+}
+
+async fn import_user(
+    caller: Authenticated,
+    user: UserPath,
+    query: web::Query<wire::ImportQuery>,
+    payload: web::Payload,
+    state: State,
+) -> Reply {
+    let scope = caller.scope(&user, Permission::Admin)?;
+    let limit = state.max_import_bytes;
+    let body = payload
+        .to_bytes_limited(limit)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge { limit })?
+        .map_err(|error| ApiError::Malformed(format!("the body could not be read: {error}")))?;
+    let report = match query.format.as_deref().unwrap_or("cairn") {
+        "cairn" => {
+            let document = serde_json::from_slice(&body)
+                .map_err(|error| ApiError::Malformed(format!("the body is not a Cairn export: {error}")))?;
+            let report = state
+                .cairn
+                .import_scope(&scope, &caller.context, document)
+                .await?;
+            json!({ "format": "cairn", "imported": report })
+        }
+        "mem0" => {
+            let document = serde_json::from_slice(&body).map_err(|error| {
+                ApiError::Malformed(format!("the body is not a mem0 get_all document: {error}"))
+            })?;
+            let report = state.cairn.import_mem0(&scope, &caller.context, document).await?;
+            json!({ "format": "mem0", "imported": report })
+        }
+        other => {
+            return Err(cairn_core::Error::invalid(
+                "format",
+                format!("must be cairn or mem0, not {other:?}"),
+            )
+            .into());
+        }
+    };
+    Ok(HttpResponse::Created().json(report))
 }

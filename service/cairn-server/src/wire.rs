@@ -557,3 +557,10 @@ pub fn profile(profile: &Profile) -> Value {
         "context": profile.context,
     })
 }
+
+/// `?format=` of an import: `cairn` (the default) or `mem0`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportQuery {
+    pub format: Option<String>,
+}

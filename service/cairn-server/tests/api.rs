@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 mod consolidation;
 #[path = "api/mcp.rs"]
 mod mcp;
+#[path = "api/portability.rs"]
+mod portability;
 
 const SECRET: &str = "test-secret-test-secret-test-secret!";
 

@@ -1,0 +1,779 @@
+//! Data portability: a scope's whole memory as one document, and that document (or a
+//! mem0 `get_all` export) taken back in.
+//!
+//! An export holds episodes (oldest first, with how many of them were consolidated),
+//! facts of every status with their supersession history, playbooks with every
+//! version, tombstones and the decision log. Vectors are left out: they belong to an
+//! embedding model, and an import embeds again with the one configured.
+//!
+//! A Cairn import fills an empty scope and gives every record a new id (ids are
+//! global in a search cluster, and the original records may still exist elsewhere),
+//! keeping every reference between records. A mem0 import writes each memory through
+//! the same gates as an explicit write: tombstones, exact duplicates, validation.
+
+use crate::facts::FactInput;
+use crate::{Cairn, RequestContext, audit_event, now, validate};
+use cairn_core::{
+    Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Episode, Error, Fact, FactStatus, FactType,
+    PageRequest, Playbook, Result, Scope, StatusFilter, Tombstone, TombstoneReason, new_id,
+};
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+
+/// The `format` field of a Cairn export.
+pub const FORMAT: &str = "cairn-export";
+/// The version of the export document this build writes and reads.
+pub const VERSION: u32 = 1;
+/// Records read per page while exporting.
+const PAGE: usize = 500;
+/// Changes per commit while importing (a commit is one transaction or journal).
+const CHANGES_PER_COMMIT: usize = 500;
+/// Texts embedded per call while importing.
+const EMBED_BATCH: usize = 64;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScopeExport {
+    pub format: String,
+    pub version: u32,
+    pub exported_at: DateTime<Utc>,
+    pub tenant: String,
+    pub user: String,
+    /// How many of the episodes, from the oldest, consolidation had read.
+    pub consolidated_episodes: usize,
+    pub episodes: Vec<ExportedEpisode>,
+    pub facts: Vec<ExportedFact>,
+    pub playbooks: Vec<ExportedPlaybook>,
+    pub tombstones: Vec<ExportedTombstone>,
+    pub decisions: Vec<ExportedDecision>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportedEpisode {
+    pub id: String,
+    pub session_id: Option<String>,
+    pub text: String,
+    pub occurred_at: DateTime<Utc>,
+    pub ingested_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportedFact {
+    pub id: String,
+    pub fact_type: FactType,
+    pub text: String,
+    pub confidence: f32,
+    pub status: FactStatus,
+    pub source_episode_ids: Vec<String>,
+    pub source_span: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub superseded_at: Option<DateTime<Utc>>,
+    pub superseded_by: Option<String>,
+    pub retracted_at: Option<DateTime<Utc>>,
+    pub retraction_reason: Option<String>,
+    pub valid_from: Option<DateTime<Utc>>,
+    pub valid_to: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub use_count: u64,
+}
+
+/// A playbook as its versions, oldest first; the last is the current one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportedPlaybook {
+    pub id: String,
+    pub versions: Vec<ExportedPlaybookVersion>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportedPlaybookVersion {
+    pub version: u32,
+    pub name: String,
+    pub trigger: String,
+    pub steps: Vec<String>,
+    pub success_count: u64,
+    pub failure_count: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub use_count: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportedTombstone {
+    pub id: String,
+    pub fingerprint: String,
+    pub fact_id: String,
+    pub reason: TombstoneReason,
+    pub created_at: DateTime<Utc>,
+    pub lifted_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportedDecision {
+    pub id: String,
+    pub kind: DecisionKind,
+    pub reason: String,
+    pub fact_id: Option<String>,
+    pub target_ids: Vec<String>,
+    pub origin: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a Cairn import wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ImportReport {
+    pub episodes: usize,
+    pub facts: usize,
+    pub playbooks: usize,
+    pub playbook_versions: usize,
+    pub tombstones: usize,
+    pub decisions: usize,
+}
+
+/// A mem0 `get_all` document: `{"results": [...]}` (with or without a total), a
+/// `{"memories": [...]}` file, or the bare list older releases return.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Mem0Document {
+    Results { results: Vec<Mem0Memory> },
+    Memories { memories: Vec<Mem0Memory> },
+    List(Vec<Mem0Memory>),
+}
+
+/// One mem0 memory; fields Cairn has no use for (`hash`, `agent_id`, ...) are ignored.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Mem0Memory {
+    pub id: Option<String>,
+    pub memory: String,
+    pub user_id: Option<String>,
+    pub created_at: Option<String>,
+    pub updated_at: Option<String>,
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// What a mem0 import did with each memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Mem0ImportReport {
+    /// Written as new active facts.
+    pub created: usize,
+    /// Already held as an active fact of the scope (or twice in the document).
+    pub duplicates: usize,
+    /// Refused by a tombstone: the user retracted or forgot the value.
+    pub tombstoned: usize,
+}
+
+impl Cairn {
+    /// Everything of the scope, as one document.
+    pub async fn export_scope(&self, scope: &Scope) -> Result<ScopeExport> {
+        let watermark = self.store.watermark(scope).await?;
+        let mut episodes = Vec::new();
+        let mut consolidated_episodes = 0;
+        let mut position = 0;
+        loop {
+            let batch = self.store.episodes_after(scope, position, PAGE).await?;
+            let Some(last) = batch.last() else { break };
+            position = last.position;
+            for logged in batch {
+                if logged.position <= watermark {
+                    consolidated_episodes += 1;
+                }
+                episodes.push(exported_episode(logged.episode));
+            }
+        }
+        let mut facts = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self
+                .store
+                .list_facts(
+                    scope,
+                    StatusFilter::All,
+                    now(),
+                    &PageRequest { limit: PAGE, cursor },
+                )
+                .await?;
+            facts.extend(page.items.into_iter().map(exported_fact));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        facts.reverse();
+        let mut playbooks = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self
+                .store
+                .list_playbooks(scope, &PageRequest { limit: PAGE, cursor })
+                .await?;
+            for playbook in page.items {
+                let versions = self.store.playbook_versions(scope, &playbook.id).await?;
+                playbooks.push(ExportedPlaybook {
+                    id: playbook.id,
+                    versions: versions.into_iter().map(exported_version).collect(),
+                });
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        playbooks.reverse();
+        let tombstones = self
+            .store
+            .list_tombstones(scope)
+            .await?
+            .into_iter()
+            .map(|tombstone| ExportedTombstone {
+                id: tombstone.id,
+                fingerprint: tombstone.fingerprint,
+                fact_id: tombstone.fact_id,
+                reason: tombstone.reason,
+                created_at: tombstone.created_at,
+                lifted_at: tombstone.lifted_at,
+            })
+            .collect();
+        let mut decisions = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self
+                .store
+                .list_decisions(scope, &PageRequest { limit: PAGE, cursor })
+                .await?;
+            decisions.extend(page.items.into_iter().map(|decision| ExportedDecision {
+                id: decision.id,
+                kind: decision.kind,
+                reason: decision.reason,
+                fact_id: decision.fact_id,
+                target_ids: decision.target_ids,
+                origin: decision.origin,
+                created_at: decision.created_at,
+            }));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        decisions.reverse();
+        Ok(ScopeExport {
+            format: FORMAT.to_owned(),
+            version: VERSION,
+            exported_at: now(),
+            tenant: scope.tenant().as_str().to_owned(),
+            user: scope.user().as_str().to_owned(),
+            consolidated_episodes,
+            episodes,
+            facts,
+            playbooks,
+            tombstones,
+            decisions,
+        })
+    }
+
+    /// Takes a Cairn export into this scope, which must hold no memory yet. Every record
+    /// gets a new id; references between records follow. The document is checked whole
+    /// before anything is written; bad input changes nothing.
+    pub async fn import_scope(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        document: ScopeExport,
+    ) -> Result<ImportReport> {
+        self.check_export(&document)?;
+        // No consolidation run of the scope reads episodes while they arrive.
+        let _runs_excluded = self.consolidator.exclude_runs(scope).await?;
+        self.require_empty(scope).await?;
+
+        let mut ids: HashMap<String, String> = HashMap::new();
+        for episode in &document.episodes {
+            ids.insert(episode.id.clone(), new_id("epi"));
+        }
+        for fact in &document.facts {
+            ids.insert(fact.id.clone(), new_id("fact"));
+        }
+        for playbook in &document.playbooks {
+            ids.insert(playbook.id.clone(), new_id("pb"));
+        }
+        for tombstone in &document.tombstones {
+            ids.insert(tombstone.id.clone(), new_id("tomb"));
+        }
+        // References to records the export does not hold (a forgotten fact named by a
+        // tombstone or a decision) keep their old id: they point at nothing either way.
+        let map = |id: &str| ids.get(id).cloned().unwrap_or_else(|| id.to_owned());
+
+        let episode_vectors = self
+            .embed_batched(
+                document
+                    .episodes
+                    .iter()
+                    .map(|episode| episode.text.clone())
+                    .collect(),
+            )
+            .await?;
+        let fact_vectors = self
+            .embed_batched(document.facts.iter().map(|fact| fact.text.clone()).collect())
+            .await?;
+
+        let mut changes = Vec::new();
+        let episodes: Vec<Episode> = document
+            .episodes
+            .iter()
+            .zip(episode_vectors)
+            .map(|(episode, embedding)| Episode {
+                id: map(&episode.id),
+                session_id: episode.session_id.clone(),
+                text: episode.text.clone(),
+                occurred_at: episode.occurred_at,
+                ingested_at: episode.ingested_at,
+                embedding,
+            })
+            .collect();
+        for chunk in episodes.chunks(CHANGES_PER_COMMIT) {
+            changes.push(Change::InsertEpisodes(chunk.to_vec()));
+        }
+        for (fact, embedding) in document.facts.iter().zip(fact_vectors) {
+            changes.push(Change::InsertFact(Fact {
+                id: map(&fact.id),
+                fact_type: fact.fact_type,
+                text: fact.text.clone(),
+                confidence: fact.confidence,
+                status: fact.status,
+                source_episode_ids: fact.source_episode_ids.iter().map(|id| map(id)).collect(),
+                source_span: fact.source_span.clone(),
+                created_at: fact.created_at,
+                superseded_at: fact.superseded_at,
+                superseded_by: fact.superseded_by.as_deref().map(map),
+                retracted_at: fact.retracted_at,
+                retraction_reason: fact.retraction_reason.clone(),
+                valid_from: fact.valid_from,
+                valid_to: fact.valid_to,
+                expires_at: fact.expires_at,
+                last_used_at: fact.last_used_at,
+                use_count: fact.use_count,
+                embedding,
+            }));
+        }
+        // Supersessions are also edges (the newer fact updates the older one).
+        for fact in &document.facts {
+            if let Some(newer) = &fact.superseded_by {
+                changes.push(Change::InsertEdge(Edge {
+                    from_fact_id: map(newer),
+                    to_fact_id: map(&fact.id),
+                    kind: EdgeKind::Updates,
+                    created_at: fact.superseded_at.unwrap_or(fact.created_at),
+                }));
+            }
+        }
+        let mut playbook_versions = 0;
+        for exported in &document.playbooks {
+            let texts: Vec<String> = exported
+                .versions
+                .iter()
+                .map(|version| playbook_of(&map(&exported.id), version, None).searchable_text())
+                .collect();
+            let vectors = self.embed_batched(texts).await?;
+            let mut previous: Option<u32> = None;
+            for (version, embedding) in exported.versions.iter().zip(vectors) {
+                let playbook = playbook_of(&map(&exported.id), version, embedding);
+                playbook_versions += 1;
+                changes.push(match previous {
+                    None => Change::InsertPlaybook(playbook),
+                    Some(expected_version) => Change::AppendPlaybookVersion {
+                        expected_version,
+                        playbook,
+                    },
+                });
+                previous = Some(version.version);
+            }
+        }
+        for tombstone in &document.tombstones {
+            changes.push(Change::InsertTombstone(Tombstone {
+                id: map(&tombstone.id),
+                fingerprint: tombstone.fingerprint.clone(),
+                fact_id: map(&tombstone.fact_id),
+                reason: tombstone.reason,
+                created_at: tombstone.created_at,
+                lifted_at: tombstone.lifted_at,
+            }));
+        }
+        let decisions: Vec<Decision> = document
+            .decisions
+            .iter()
+            .map(|decision| Decision {
+                id: new_id("dec"),
+                kind: decision.kind,
+                reason: decision.reason.clone(),
+                fact_id: decision.fact_id.as_deref().map(map),
+                target_ids: decision.target_ids.iter().map(|id| map(id)).collect(),
+                origin: decision.origin.clone(),
+                created_at: decision.created_at,
+            })
+            .collect();
+
+        let report = ImportReport {
+            episodes: document.episodes.len(),
+            facts: document.facts.len(),
+            playbooks: document.playbooks.len(),
+            playbook_versions,
+            tombstones: document.tombstones.len(),
+            decisions: decisions.len(),
+        };
+        let detail = serde_json::json!({
+            "format": FORMAT,
+            "exported_from": { "tenant": document.tenant, "user": document.user },
+            "exported_at": document.exported_at,
+            "records": report,
+        });
+        let mut decisions = decisions.into_iter();
+        let mut part = 0;
+        let mut pending = changes.into_iter().peekable();
+        while pending.peek().is_some() || decisions.len() > 0 {
+            part += 1;
+            let mut set = ChangeSet::new(audit_event(
+                scope,
+                context,
+                "user.import",
+                Vec::new(),
+                if part == 1 {
+                    detail.clone()
+                } else {
+                    serde_json::json!({ "part": part })
+                },
+            ));
+            set.changes.extend(pending.by_ref().take(CHANGES_PER_COMMIT));
+            set.decisions.extend(decisions.by_ref().take(CHANGES_PER_COMMIT));
+            self.store.commit(scope, set).await?;
+        }
+        if document.consolidated_episodes > 0 {
+            self.mark_consolidated(scope, context, document.consolidated_episodes)
+                .await?;
+        }
+        tracing::info!(tenant = %scope.tenant(), facts = report.facts, episodes = report.episodes, "scope imported");
+        Ok(report)
+    }
+
+    /// Writes each mem0 memory as a fact through the write gates. The whole document is
+    /// checked first: memories of another user, empty or oversized text, or unreadable
+    /// timestamps refuse the import before anything is written.
+    pub async fn import_mem0(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        document: Mem0Document,
+    ) -> Result<Mem0ImportReport> {
+        let memories = match document {
+            Mem0Document::Results { results: list }
+            | Mem0Document::Memories { memories: list }
+            | Mem0Document::List(list) => list,
+        };
+        let mut inputs = Vec::with_capacity(memories.len());
+        for (index, memory) in memories.iter().enumerate() {
+            let field = |name: &str| format!("results[{index}].{name}");
+            if let Some(user) = &memory.user_id
+                && user != scope.user().as_str()
+            {
+                return Err(Error::invalid(
+                    field("user_id"),
+                    format!("belongs to user {user:?}, not {:?}", scope.user().as_str()),
+                ));
+            }
+            let text = validate::text(&field("memory"), &memory.memory, self.settings.max_text_chars)?;
+            let created_at = memory
+                .created_at
+                .as_deref()
+                .map(|at| mem0_time(at).ok_or_else(|| Error::invalid(field("created_at"), "not a timestamp")))
+                .transpose()?;
+            if let Some(at) = memory.updated_at.as_deref()
+                && mem0_time(at).is_none()
+            {
+                return Err(Error::invalid(field("updated_at"), "not a timestamp"));
+            }
+            let fact_type = memory
+                .metadata
+                .as_ref()
+                .and_then(|metadata| metadata.get("fact_type"))
+                .and_then(|value| value.as_str())
+                .map(FactType::parse)
+                .transpose()
+                .map_err(|_| Error::invalid(field("metadata.fact_type"), "not a fact type"))?;
+            inputs.push(FactInput {
+                text,
+                fact_type,
+                // When mem0 learned it: the earliest the fact is known to hold.
+                valid_from: created_at.filter(|at| *at <= now()),
+                ..FactInput::default()
+            });
+        }
+        let mut report = Mem0ImportReport::default();
+        for input in inputs {
+            match self.write_fact(scope, context, input).await {
+                Ok(outcome) if outcome.created => report.created += 1,
+                Ok(_) => report.duplicates += 1,
+                Err(Error::Tombstoned { .. }) => report.tombstoned += 1,
+                Err(Error::Conflict {
+                    code: "duplicate", ..
+                }) => report.duplicates += 1,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Checks a Cairn export whole: its format, texts, unique ids and references.
+    fn check_export(&self, document: &ScopeExport) -> Result<()> {
+        if document.format != FORMAT {
+            return Err(Error::invalid("format", format!("must be {FORMAT:?}")));
+        }
+        if document.version != VERSION {
+            return Err(Error::invalid(
+                "version",
+                format!("this build reads version {VERSION}, not {}", document.version),
+            ));
+        }
+        if document.consolidated_episodes > document.episodes.len() {
+            return Err(Error::invalid(
+                "consolidated_episodes",
+                "is more than the episodes the document holds",
+            ));
+        }
+        let limit = self.settings.max_text_chars;
+        let mut seen = HashSet::new();
+        let mut unique = |field: String, id: &str| {
+            if id.is_empty() || !seen.insert(id.to_owned()) {
+                return Err(Error::invalid(field, "ids must be present and unique"));
+            }
+            Ok(())
+        };
+        for (index, episode) in document.episodes.iter().enumerate() {
+            unique(format!("episodes[{index}].id"), &episode.id)?;
+            validate::text(&format!("episodes[{index}].text"), &episode.text, limit)?;
+            validate::label(
+                &format!("episodes[{index}].session_id"),
+                episode.session_id.as_deref(),
+            )?;
+        }
+        for (index, fact) in document.facts.iter().enumerate() {
+            unique(format!("facts[{index}].id"), &fact.id)?;
+            validate::text(&format!("facts[{index}].text"), &fact.text, limit)?;
+            validate::confidence(Some(fact.confidence))?;
+        }
+        for (index, playbook) in document.playbooks.iter().enumerate() {
+            unique(format!("playbooks[{index}].id"), &playbook.id)?;
+            if playbook.versions.is_empty() {
+                return Err(Error::invalid(
+                    format!("playbooks[{index}].versions"),
+                    "must not be empty",
+                ));
+            }
+            for (at, version) in playbook.versions.iter().enumerate() {
+                let field = format!("playbooks[{index}].versions[{at}]");
+                validate::text(&format!("{field}.name"), &version.name, limit)?;
+                validate::text(&format!("{field}.trigger"), &version.trigger, limit)?;
+                if at > 0 && version.version <= playbook.versions[at - 1].version {
+                    return Err(Error::invalid(format!("{field}.version"), "versions must ascend"));
+                }
+            }
+        }
+        for (index, tombstone) in document.tombstones.iter().enumerate() {
+            unique(format!("tombstones[{index}].id"), &tombstone.id)?;
+        }
+        let facts: HashSet<&str> = document.facts.iter().map(|fact| fact.id.as_str()).collect();
+        let episodes: HashSet<&str> = document
+            .episodes
+            .iter()
+            .map(|episode| episode.id.as_str())
+            .collect();
+        let mut active = HashSet::new();
+        for (index, fact) in document.facts.iter().enumerate() {
+            if let Some(newer) = &fact.superseded_by
+                && !facts.contains(newer.as_str())
+            {
+                return Err(Error::invalid(
+                    format!("facts[{index}].superseded_by"),
+                    "names a fact the document does not hold",
+                ));
+            }
+            if let Some(source) = fact
+                .source_episode_ids
+                .iter()
+                .find(|id| !episodes.contains(id.as_str()))
+            {
+                return Err(Error::invalid(
+                    format!("facts[{index}].source_episode_ids"),
+                    format!("{source} is not an episode of the document"),
+                ));
+            }
+            if fact.status == FactStatus::Active && !active.insert(cairn_core::text::fingerprint(&fact.text))
+            {
+                return Err(Error::invalid(
+                    format!("facts[{index}].text"),
+                    "another active fact holds the same value",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A Cairn import goes into an empty scope only: merging two histories would break
+    /// the invariants each of them keeps.
+    async fn require_empty(&self, scope: &Scope) -> Result<()> {
+        let one = PageRequest {
+            limit: 1,
+            cursor: None,
+        };
+        let holds_memory = !self.store.list_episodes(scope, &one).await?.items.is_empty()
+            || !self
+                .store
+                .list_facts(scope, StatusFilter::All, now(), &one)
+                .await?
+                .items
+                .is_empty()
+            || !self.store.list_playbooks(scope, &one).await?.items.is_empty()
+            || !self.store.list_tombstones(scope).await?.is_empty();
+        if holds_memory {
+            return Err(Error::Conflict {
+                code: "scope_not_empty",
+                message: "an import goes into a user with no memory; erase the user first".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Moves the (new, empty) scope's watermark past its first `count` episodes.
+    async fn mark_consolidated(&self, scope: &Scope, context: &RequestContext, count: usize) -> Result<()> {
+        let expected = self.store.watermark(scope).await?;
+        let mut seen = 0;
+        let mut position = expected;
+        while seen < count {
+            let batch = self
+                .store
+                .episodes_after(scope, position, PAGE.min(count - seen))
+                .await?;
+            let Some(last) = batch.last() else { break };
+            position = last.position;
+            seen += batch.len();
+        }
+        let event = audit_event(
+            scope,
+            context,
+            "user.import",
+            Vec::new(),
+            serde_json::json!({ "consolidated_episodes": count }),
+        );
+        self.store
+            .commit(
+                scope,
+                ChangeSet::new(event).with(Change::MoveWatermark {
+                    expected,
+                    to: position,
+                }),
+            )
+            .await
+    }
+
+    async fn embed_batched(&self, texts: Vec<String>) -> Result<Vec<Option<Vec<f32>>>> {
+        let mut vectors = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(EMBED_BATCH) {
+            vectors.extend(self.embed_all(chunk.to_vec()).await?);
+        }
+        Ok(vectors)
+    }
+}
+
+fn exported_episode(episode: Episode) -> ExportedEpisode {
+    ExportedEpisode {
+        id: episode.id,
+        session_id: episode.session_id,
+        text: episode.text,
+        occurred_at: episode.occurred_at,
+        ingested_at: episode.ingested_at,
+    }
+}
+
+fn exported_fact(fact: Fact) -> ExportedFact {
+    ExportedFact {
+        id: fact.id,
+        fact_type: fact.fact_type,
+        text: fact.text,
+        confidence: fact.confidence,
+        status: fact.status,
+        source_episode_ids: fact.source_episode_ids,
+        source_span: fact.source_span,
+        created_at: fact.created_at,
+        superseded_at: fact.superseded_at,
+        superseded_by: fact.superseded_by,
+        retracted_at: fact.retracted_at,
+        retraction_reason: fact.retraction_reason,
+        valid_from: fact.valid_from,
+        valid_to: fact.valid_to,
+        expires_at: fact.expires_at,
+        last_used_at: fact.last_used_at,
+        use_count: fact.use_count,
+    }
+}
+
+fn exported_version(playbook: Playbook) -> ExportedPlaybookVersion {
+    ExportedPlaybookVersion {
+        version: playbook.version,
+        name: playbook.name,
+        trigger: playbook.trigger,
+        steps: playbook.steps,
+        success_count: playbook.success_count,
+        failure_count: playbook.failure_count,
+        created_at: playbook.created_at,
+        updated_at: playbook.updated_at,
+        last_used_at: playbook.last_used_at,
+        use_count: playbook.use_count,
+    }
+}
+
+fn playbook_of(id: &str, version: &ExportedPlaybookVersion, embedding: Option<Vec<f32>>) -> Playbook {
+    Playbook {
+        id: id.to_owned(),
+        name: version.name.clone(),
+        trigger: version.trigger.clone(),
+        steps: version.steps.clone(),
+        version: version.version,
+        success_count: version.success_count,
+        failure_count: version.failure_count,
+        created_at: version.created_at,
+        updated_at: version.updated_at,
+        last_used_at: version.last_used_at,
+        use_count: version.use_count,
+        embedding,
+    }
+}
+
+/// A mem0 timestamp: RFC 3339, or ISO 8601 without an offset (read as UTC).
+fn mem0_time(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|at| at.with_timezone(&Utc))
+        .ok()
+        .or_else(|| {
+            NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+                .ok()
+                .map(|naive| naive.and_utc())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mem0_time;
+
+    #[test]
+    fn mem0_timestamps_with_and_without_offsets() {
+        let offset = mem0_time("2024-07-20T01:30:36.275141-07:00").expect("offset");
+        assert_eq!(offset.to_rfc3339(), "2024-07-20T08:30:36.275141+00:00");
+        let naive = mem0_time("2024-07-26T10:29:36.630547").expect("naive");
+        assert_eq!(naive.to_rfc3339(), "2024-07-26T10:29:36.630547+00:00");
+        assert!(mem0_time("last tuesday").is_none());
+    }
+}

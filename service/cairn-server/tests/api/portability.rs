@@ -1,0 +1,432 @@
+//! Data portability: a user's whole memory exported, erased and imported back answers
+//! recalls as before with its tombstones still blocking; mem0 exports come in through
+//! the write gates.
+
+use super::{ALL, call, count_facts, error_code, harness_with, token, write};
+use actix_web::http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const QUERIES: [&str; 4] = [
+    "where does the user live",
+    "which instrument does the user play",
+    "what is the user allergic to",
+    "how does the user get to work",
+];
+
+async fn recalled<S, B>(service: &S, bearer: &str, user: &str) -> Vec<Vec<(String, String)>>
+where
+    S: actix_web::dev::Service<
+            actix_http::Request,
+            Response = actix_web::dev::ServiceResponse<B>,
+            Error = actix_web::Error,
+        >,
+    B: actix_web::body::MessageBody,
+{
+    let mut answers = Vec::new();
+    for query in QUERIES {
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            &format!("/v1/users/{user}/recall"),
+            Some(bearer),
+            Some(json!({ "query": query, "k": 3, "tiers": ["semantic", "procedural"] })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        answers.push(
+            body["hits"]
+                .as_array()
+                .expect("hits")
+                .iter()
+                .map(|hit| {
+                    (
+                        hit["text"].as_str().unwrap_or_default().to_owned(),
+                        hit["status"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect(),
+        );
+    }
+    answers
+}
+
+/// (text, status) of every fact of the user, sorted.
+async fn all_facts<S, B>(service: &S, bearer: &str, user: &str) -> Vec<(String, String)>
+where
+    S: actix_web::dev::Service<
+            actix_http::Request,
+            Response = actix_web::dev::ServiceResponse<B>,
+            Error = actix_web::Error,
+        >,
+    B: actix_web::body::MessageBody,
+{
+    let (_, body, _) = call(
+        service,
+        Method::GET,
+        &format!("/v1/users/{user}/facts?status=all&limit=100"),
+        Some(bearer),
+        None,
+    )
+    .await;
+    let mut facts: Vec<(String, String)> = body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|fact| {
+            (
+                fact["text"].as_str().unwrap_or_default().to_owned(),
+                fact["status"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    facts.sort();
+    facts
+}
+
+#[actix_web::test]
+async fn an_export_erased_and_imported_answers_as_before() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/episodes",
+        Some(&owner),
+        Some(json!({
+            "session_id": "s1",
+            "messages": [
+                { "role": "user", "content": "I live in Lisbon." },
+                { "role": "user", "content": "I am allergic to peanuts." },
+                { "role": "user", "content": "I drive a Civic to work." }
+            ],
+            "consolidate": "sync"
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, cello) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user plays the cello" }),
+    )
+    .await;
+    let (status, _) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user plays the viola", "supersedes": cello["fact"]["id"] }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, kiln) = write(service, &owner, "u1", json!({ "text": "The user owns a kiln" })).await;
+    let kiln = kiln["fact"]["id"].as_str().expect("id").to_owned();
+    call(
+        service,
+        Method::POST,
+        &format!("/v1/users/u1/facts/{kiln}/retract"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    let (_, hint) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user's PIN hint is moon" }),
+    )
+    .await;
+    let hint = hint["fact"]["id"].as_str().expect("id").to_owned();
+    let (status, _, _) = call(
+        service,
+        Method::DELETE,
+        &format!("/v1/users/u1/facts/{hint}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, playbook, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/playbooks",
+        Some(&owner),
+        Some(json!({ "name": "Commute", "trigger": "the user drives to work", "steps": ["check traffic"] })),
+    )
+    .await;
+    let playbook = playbook["playbook"]["id"].as_str().expect("id").to_owned();
+    call(
+        service,
+        Method::POST,
+        &format!("/v1/users/u1/playbooks/{playbook}/versions"),
+        Some(&owner),
+        Some(json!({ "steps": ["check traffic", "leave early"], "base_version": 1 })),
+    )
+    .await;
+    let before = recalled(service, &owner, "u1").await;
+    let facts_before = all_facts(service, &owner, "u1").await;
+    assert!(before.iter().all(|hits| !hits.is_empty()), "{before:?}");
+
+    // Only an admin may export.
+    let (status, _, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/export",
+        Some(&token("acme", "memory:read,memory:write")),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, export, _) = call(service, Method::GET, "/v1/users/u1/export", Some(&owner), None).await;
+    assert_eq!(status, StatusCode::OK, "{export}");
+    assert_eq!(
+        (export["format"].as_str(), export["version"].as_u64()),
+        (Some("cairn-export"), Some(1))
+    );
+    assert_eq!(export["episodes"].as_array().map(Vec::len), Some(3));
+    assert_eq!(export["consolidated_episodes"], 3);
+    let statuses: Vec<&str> = export["facts"]
+        .as_array()
+        .expect("facts")
+        .iter()
+        .filter_map(|fact| fact["status"].as_str())
+        .collect();
+    assert!(
+        statuses.contains(&"superseded") && statuses.contains(&"retracted"),
+        "{statuses:?}"
+    );
+    assert_eq!(export["tombstones"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        export["playbooks"][0]["versions"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert!(
+        export["facts"][0].get("embedding").is_none(),
+        "vectors are not exported"
+    );
+    assert!(
+        !export.to_string().contains("PIN hint is moon"),
+        "a forgotten value is not exported"
+    );
+
+    // Into a user that already holds memory: refused, nothing written.
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/import",
+        Some(&owner),
+        Some(export.clone()),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::CONFLICT, "scope_not_empty")
+    );
+
+    let (status, _, _) = call(service, Method::DELETE, "/v1/users/u1", Some(&owner), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, report, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/import",
+        Some(&owner),
+        Some(export.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{report}");
+    assert_eq!(
+        report["imported"],
+        json!({ "episodes": 3, "facts": export["facts"].as_array().map(Vec::len), "playbooks": 1,
+                "playbook_versions": 2, "tombstones": 2, "decisions": export["decisions"].as_array().map(Vec::len) })
+    );
+    assert_eq!(recalled(service, &owner, "u1").await, before);
+    assert_eq!(all_facts(service, &owner, "u1").await, facts_before);
+    for value in ["The user owns a kiln", "the user's PIN hint is moon"] {
+        let (status, body) = write(service, &owner, "u1", json!({ "text": value })).await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (StatusCode::CONFLICT, "tombstoned"),
+            "{value}"
+        );
+    }
+    let (_, versions, _) = call(
+        service,
+        Method::GET,
+        &format!(
+            "/v1/users/u1/playbooks/{}/versions",
+            export["playbooks"][0]["id"].as_str().unwrap_or_default()
+        ),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(
+        versions["error"]["code"], "not_found",
+        "imported records get new ids"
+    );
+    // The imported episodes count as consolidated: a run derives nothing twice.
+    let facts = count_facts(service, "acme", "u1").await;
+    let (status, run, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/consolidate",
+        Some(&owner),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    assert_eq!(count_facts(service, "acme", "u1").await, facts);
+    let (_, trail, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/audit?limit=5",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert!(
+        trail["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .any(|event| event["action"] == "user.import"),
+        "{trail}"
+    );
+
+    // A document that does not hold together is refused whole.
+    let mut broken = export.clone();
+    broken["facts"][0]["superseded_by"] = json!("fact_missing");
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u3/import",
+        Some(&owner),
+        Some(broken),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        "{body}"
+    );
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u3/import?format=yaml",
+        Some(&owner),
+        Some(export.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(count_facts(service, "acme", "u3").await, 0);
+    let (_, episodes, _) = call(service, Method::GET, "/v1/users/u3/episodes", Some(&owner), None).await;
+    assert_eq!(episodes["items"], json!([]));
+}
+
+#[actix_web::test]
+async fn a_mem0_export_comes_in_through_the_write_gates() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let document: Value =
+        serde_json::from_str(include_str!("../../../../tests/fixtures/mem0_get_all.json")).expect("fixture");
+
+    // Memories of another user refuse the whole document.
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/bob/import?format=mem0",
+        Some(&owner),
+        Some(document.clone()),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("user_id"),
+        "{body}"
+    );
+    assert_eq!(count_facts(service, "acme", "bob").await, 0);
+
+    let import = |document: Value| async {
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/alice/import?format=mem0",
+            Some(&owner),
+            Some(document),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["imported"].clone()
+    };
+    assert_eq!(
+        import(document.clone()).await,
+        json!({ "created": 4, "duplicates": 0, "tombstoned": 0 })
+    );
+    let (_, facts, _) = call(service, Method::GET, "/v1/users/alice/facts", Some(&owner), None).await;
+    let vegetarian = facts["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|fact| fact["text"] == "Is a vegetarian and avoids dairy")
+        .expect("imported");
+    assert_eq!(vegetarian["fact_type"], "constraint");
+    let lisbon = facts["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|fact| fact["text"] == "Lives in Lisbon")
+        .and_then(|fact| fact["id"].as_str())
+        .expect("imported")
+        .to_owned();
+    let (status, recall, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/alice/recall",
+        Some(&owner),
+        Some(json!({ "query": "which sport does alice play", "k": 1 })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(recall["hits"][0]["text"], "Likes to play cricket on weekends");
+
+    // Importing again duplicates nothing; a value the user forgot stays forgotten.
+    call(
+        service,
+        Method::DELETE,
+        &format!("/v1/users/alice/facts/{lisbon}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(
+        import(document.clone()).await,
+        json!({ "created": 0, "duplicates": 3, "tombstoned": 1 })
+    );
+    // The bare list of older releases is read too.
+    let list = document["results"].clone();
+    assert_eq!(
+        import(list).await,
+        json!({ "created": 0, "duplicates": 3, "tombstoned": 1 })
+    );
+    let mut bad = document.clone();
+    bad["results"][0]["created_at"] = json!("last tuesday");
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/carol/import?format=mem0",
+        Some(&owner),
+        Some(bad),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(count_facts(service, "acme", "carol").await, 0);
+}
