@@ -8,158 +8,21 @@
 use cairn_app::{
     Cairn, ConsolidateMode, FactInput, IngestRequest, Message, RecallRequest, RequestContext, Role, Settings,
 };
-use cairn_core::{
-    Change, ChangeSet, Embedder, Fact, FactStatus, FactType, MemoryStore, Permission, Principal, Scope,
-    TenantId, Tier, new_id,
-};
+use cairn_core::{Embedder, MemoryStore, Tier};
 use cairn_inference::OnnxEmbedder;
 use cairn_store_cluster::ClusterStore;
 use cairn_store_sqlite::SqliteStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const SUBJECTS: &[&str] = &[
-    "sister",
-    "manager",
-    "dentist",
-    "neighbour",
-    "coach",
-    "landlord",
-    "cousin",
-    "teacher",
-];
-const VERBS: &[&str] = &[
-    "prefers",
-    "dislikes",
-    "recommends",
-    "mentioned",
-    "bought",
-    "booked",
-    "cancelled",
-    "visited",
-];
-const OBJECTS: &[&str] = &[
-    "oat milk",
-    "a trip to Kyoto",
-    "the jazz festival",
-    "sourdough bread",
-    "a standing desk",
-    "hiking boots",
-    "the Friday meeting",
-    "a vegan restaurant",
-    "an electric bike",
-    "the chess club",
-    "a piano lesson",
-    "green tea",
-    "the marathon",
-    "a guitar",
-    "the pottery class",
-    "a rental car",
-];
 const OTHER_SCOPES: usize = 100;
 const FACTS_PER_OTHER_SCOPE: usize = 100;
 const QUERIES: usize = 300;
 const ALTERNATIONS: usize = 100;
 
-/// A deterministic pseudo-random sequence (xorshift), so runs are comparable.
-struct Sequence(u64);
-
-impl Sequence {
-    fn next(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % bound as u64) as usize
-    }
-
-    fn sentence(&mut self, index: usize) -> String {
-        format!(
-            "The user's {} {} {} (note {index})",
-            SUBJECTS[self.next(SUBJECTS.len())],
-            VERBS[self.next(VERBS.len())],
-            OBJECTS[self.next(OBJECTS.len())]
-        )
-    }
-}
-
-#[allow(clippy::disallowed_methods)]
-fn scope(tenant: &str) -> Scope {
-    let tenant = TenantId::parse(tenant).expect("tenant");
-    Principal::from_verified_credential("bench".into(), tenant, None, vec![Permission::Admin])
-        .scope_for("user-1", Permission::Admin)
-        .expect("scope")
-}
-
-fn percentile(sorted: &[Duration], share: f64) -> f64 {
-    let index = ((sorted.len() as f64 - 1.0) * share).round() as usize;
-    sorted[index].as_secs_f64() * 1000.0
-}
-
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|line| line.starts_with("VmHWM:"))
-                .and_then(|line| line.split_whitespace().nth(1))
-                .and_then(|kib| kib.parse::<f64>().ok())
-        })
-        .map(|kib| kib / 1024.0)
-        .unwrap_or(0.0)
-}
-
-/// Adds `count` embedded facts to a scope in batches (fixture loading, not measured).
-async fn load(
-    store: &dyn MemoryStore,
-    embedder: &dyn Embedder,
-    scope: &Scope,
-    count: usize,
-    sequence: &mut Sequence,
-) {
-    let mut index = 0;
-    while index < count {
-        let texts: Vec<String> = (index..(index + 64).min(count))
-            .map(|i| sequence.sentence(i))
-            .collect();
-        let vectors = embedder.embed(texts.clone()).await.expect("embed");
-        let mut change_set = ChangeSet::new(cairn_core::AuditEvent {
-            id: new_id("aud"),
-            at: chrono::Utc::now(),
-            subject: "bench".into(),
-            tenant: scope.tenant().as_str().into(),
-            user: scope.user().as_str().into(),
-            action: "bench.load".into(),
-            target_ids: Vec::new(),
-            request_id: "bench".into(),
-            detail: serde_json::Value::Null,
-        });
-        for (text, vector) in texts.into_iter().zip(vectors) {
-            change_set.changes.push(Change::InsertFact(Fact {
-                id: new_id("fact"),
-                fact_type: FactType::World,
-                text,
-                confidence: 1.0,
-                status: FactStatus::Active,
-                source_episode_ids: Vec::new(),
-                source_span: None,
-                created_at: chrono::Utc::now(),
-                superseded_at: None,
-                superseded_by: None,
-                retracted_at: None,
-                retraction_reason: None,
-                valid_from: None,
-                valid_to: None,
-                expires_at: None,
-                last_used_at: None,
-                use_count: 0,
-                embedding: Some(vector),
-            }));
-        }
-        store.commit(scope, change_set).await.expect("load");
-        index += 64;
-    }
-}
+#[path = "common/mod.rs"]
+mod common;
+use common::{OBJECTS, SUBJECTS, Sequence, load, peak_rss_mib, percentile, scope};
 
 fn main() {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
