@@ -3,6 +3,8 @@
 The collector here is a fake: a loopback HTTP server that records what it receives."""
 
 import http.server
+import json
+import re
 import threading
 
 
@@ -38,3 +40,31 @@ def test_spans_are_exported_over_otlp_http(make_server):
     body = b"".join(payload for path, _, payload in Collector.received if path == "/v1/traces")
     assert b"cairn" in body, "the service name travels with the spans"
     assert b"request" in body
+
+
+def test_log_lines_carry_the_trace_id_when_tracing_is_on(make_server):
+    collector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{collector.server_address[1]}"
+        traced = make_server(extra_env={"CAIRN_OTLP_ENDPOINT": endpoint, "CAIRN_LOG_LEVEL": "info",
+                                        "CAIRN_LOG_FORMAT": "json"}).start()
+        plain = make_server(extra_env={"CAIRN_LOG_LEVEL": "info", "CAIRN_LOG_FORMAT": "json"}).start()
+        for server in (traced, plain):
+            token = server.mint("acme")
+            assert server.call("POST", "/v1/users/u1/facts", token, {"text": "The user reads logs"}).status == 201
+            server.stop()
+    finally:
+        collector.shutdown()
+
+    def completed(server):
+        lines = [json.loads(line) for line in server.log.read_text().splitlines() if line.startswith("{")]
+        return [line for line in lines if line.get("fields", {}).get("message") == "request completed"]
+
+    traced_lines = completed(traced)
+    assert traced_lines, traced.log.read_text()[-2000:]
+    for line in traced_lines:
+        trace_id = line["span"].get("trace_id", "")
+        assert re.fullmatch(r"[0-9a-f]{32}", trace_id) and trace_id != "0" * 32, line
+        assert line["span"]["request_id"]
+    assert completed(plain) and all("trace_id" not in line["span"] for line in completed(plain))

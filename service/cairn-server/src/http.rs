@@ -200,7 +200,17 @@ async fn request_middleware(
         method = %method,
         route = %route,
         tenant = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
     );
+    // With tracing on, every log line of the request names its trace.
+    let trace_id = {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        span.context().span().span_context().trace_id()
+    };
+    if trace_id != opentelemetry::trace::TraceId::INVALID {
+        span.record("trace_id", tracing::field::display(trace_id));
+    }
     let state = request.app_data::<web::Data<AppState>>().cloned();
     let started = Instant::now();
     let mut response = REQUEST_ID
