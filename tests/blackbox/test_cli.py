@@ -82,3 +82,89 @@ def test_healthcheck_reports_readiness_without_a_shell(make_server, tmp_path):
                                                  "CAIRN_CLUSTER_URL": f"http://127.0.0.1:{free_port()}"}).start()
     answer = run(["healthcheck"], unready.env)
     assert answer.returncode != 0 and "not ready" in answer.stderr and "503" in answer.stderr, answer.stderr
+
+
+def self_signed(directory, name):
+    """A fresh self-signed certificate for localhost and its key, as PEM files."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+                   .sign(key, hashes.SHA256()))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tls.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (directory / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    return certificate.public_bytes(serialization.Encoding.DER)
+
+
+def test_native_https_serves_and_reloads_a_renewed_certificate(make_server, tmp_path):
+    import os
+    import socket
+    import ssl
+    import time
+
+    certificates = tmp_path / "tls"
+    first = self_signed(certificates, "cairn-first")
+    server = make_server(tmp_path / "https", {"CAIRN_TLS_CERT": str(certificates / "tls.crt"),
+                                               "CAIRN_TLS_KEY": str(certificates / "tls.key")})
+    server.base = server.base.replace("http://", "https://")
+
+    def presented():
+        context = ssl.create_default_context(cafile=None)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as wrapped:
+                wrapped.sendall(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                answer = wrapped.recv(4096)
+                return wrapped.getpeercert(binary_form=True), answer
+
+    # Server.start polls /healthz over plain HTTP, which an HTTPS listener refuses.
+    server.data_dir.mkdir(parents=True, exist_ok=True)
+    with open(server.log, "ab") as log:
+        server.process = subprocess.Popen([binary(), "serve"], env=server.env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            certificate, answer = presented()
+            break
+        except OSError:
+            assert time.monotonic() < deadline and server.process.poll() is None, server.log.read_text()
+            time.sleep(0.1)
+    assert certificate == first and answer.startswith(b"HTTP/1.1 200"), answer
+    ready = run(["healthcheck"], server.env)
+    assert ready.returncode == 0 and ready.stdout.strip() == "ready", ready.stderr
+
+    # A renewed certificate is served without a restart.
+    renewed_directory = tmp_path / "renewed"
+    renewed = self_signed(renewed_directory, "cairn-renewed")
+    os.replace(renewed_directory / "tls.key", certificates / "tls.key")
+    os.replace(renewed_directory / "tls.crt", certificates / "tls.crt")
+    deadline = time.monotonic() + 10
+    while presented()[0] != renewed:
+        assert time.monotonic() < deadline, "the renewed certificate was never served"
+        time.sleep(0.3)
+    assert run(["healthcheck"], server.env).returncode == 0
+    # A broken renewal keeps the certificate in service.
+    (certificates / "tls.crt").write_text("not a certificate")
+    time.sleep(1.5)
+    assert presented()[0] == renewed
+    server.stop()
+
+
+def test_https_needs_both_files(tmp_path):
+    result = run(["serve"], {**base_env(tmp_path), "CAIRN_TLS_CERT": str(tmp_path / "tls.crt")})
+    assert result.returncode != 0 and "CAIRN_TLS_KEY" in result.stderr, result.stderr

@@ -133,6 +133,9 @@ pub struct Config {
     /// Comma-separated hosts (or host:port) the MCP endpoint answers to; unset means
     /// loopback only, `*` disables the check (put a trusted proxy in front then).
     pub mcp_allowed_hosts: Option<String>,
+    /// PEM certificate chain and private key: with both, the listener serves HTTPS.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -204,6 +207,8 @@ impl Default for Config {
             bump_usage_on_recall: true,
             vector_cache_mb: 256,
             mcp_allowed_hosts: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -285,6 +290,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("bump_usage_on_recall", Kind::Boolean),
     ("vector_cache_mb", Kind::Integer),
     ("mcp_allowed_hosts", Kind::Text),
+    ("tls_cert", Kind::Text),
+    ("tls_key", Kind::Text),
 ];
 
 /// Settings that may be given as a file instead, through the same name with `_FILE`
@@ -433,6 +440,16 @@ impl Config {
             return Err(config_error(
                 "CAIRN_INDEX_PREFIX",
                 "must be lower-case letters, digits, - and _",
+            ));
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(config_error(
+                if self.tls_cert.is_some() {
+                    "CAIRN_TLS_KEY"
+                } else {
+                    "CAIRN_TLS_CERT"
+                },
+                "HTTPS needs both CAIRN_TLS_CERT and CAIRN_TLS_KEY",
             ));
         }
         if self.max_body_bytes < 1024 {

@@ -11,6 +11,7 @@ pub mod openapi;
 pub mod rerank;
 pub mod routes;
 pub mod telemetry;
+pub mod tls;
 pub mod wire;
 
 use anyhow::Context;

@@ -143,7 +143,7 @@ fn bootstrap(config: &Config) -> anyhow::Result<()> {
 /// Asks the service listening on `CAIRN_LISTEN` (on loopback when it listens on every
 /// address) whether it is ready: one plain HTTP/1.1 request to `/readyz`.
 fn healthcheck(config: &Config, timeout: std::time::Duration) -> anyhow::Result<()> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
     let mut address: SocketAddr = config
         .listen
@@ -161,15 +161,24 @@ fn healthcheck(config: &Config, timeout: std::time::Duration) -> anyhow::Result<
         .with_context(|| format!("nothing answers on {address}"))?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    write!(
-        stream,
-        "GET /readyz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )?;
+    let request = format!("GET /readyz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
     let mut answer = Vec::new();
-    stream
-        .take(64 * 1024)
-        .read_to_end(&mut answer)
-        .with_context(|| format!("{address} did not answer"))?;
+    match &config.tls_cert {
+        // The listener speaks HTTPS: trust exactly the certificate it was given.
+        Some(certificate) => {
+            let client = std::sync::Arc::new(cairn_server::tls::pinned_client(certificate)?);
+            let name = rustls::pki_types::ServerName::try_from("localhost")?;
+            let connection = rustls::ClientConnection::new(client, name)?;
+            let mut tls = rustls::StreamOwned::new(connection, stream);
+            tls.write_all(request.as_bytes())
+                .with_context(|| format!("no TLS handshake with {address}"))?;
+            read_answer(&mut tls, &mut answer, address)?;
+        }
+        None => {
+            stream.write_all(request.as_bytes())?;
+            read_answer(&mut stream, &mut answer, address)?;
+        }
+    }
     let answer = String::from_utf8_lossy(&answer);
     let status = answer.lines().next().unwrap_or_default();
     if status.split_whitespace().nth(1) == Some("200") {
@@ -178,6 +187,27 @@ fn healthcheck(config: &Config, timeout: std::time::Duration) -> anyhow::Result<
     } else {
         let detail = answer.split("\r\n\r\n").nth(1).unwrap_or_default().trim();
         anyhow::bail!("not ready ({status}): {detail}")
+    }
+}
+
+/// Reads a response until the server closes the connection (a TLS peer may close
+/// without a notify alert once it has answered, which is not an error here).
+fn read_answer(
+    stream: &mut impl std::io::Read,
+    answer: &mut Vec<u8>,
+    address: std::net::SocketAddr,
+) -> anyhow::Result<()> {
+    let mut buffer = [0u8; 8192];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return Ok(()),
+            Ok(read) if answer.len() < 64 * 1024 => answer.extend_from_slice(&buffer[..read]),
+            Ok(_) => return Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => {
+                return Ok(());
+            }
+            Err(error) => return Err(anyhow::anyhow!("{address} did not answer: {error}")),
+        }
     }
 }
 
@@ -420,6 +450,10 @@ fn serve(config: Config) -> anyhow::Result<()> {
     };
     let listen = config.listen.clone();
     let workers = config.workers;
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(certificate), Some(key)) => Some(cairn_server::tls::server_config(certificate, key)?),
+        _ => None,
+    };
     tracing::info!(listen = %listen, backend = ?config.backend, data_dir = %config.data_dir.display(), "cairn starting");
     let result = actix_web::rt::System::new().block_on(async move {
         let state = web::Data::new(build_state(&config).await?);
@@ -428,13 +462,13 @@ fn serve(config: Config) -> anyhow::Result<()> {
         }
         spawn_maintenance(state.clone());
         let serving = state.clone();
-        let served = HttpServer::new(move || http::app(serving.clone()))
-            .workers(workers)
-            .bind(&listen)
-            .with_context(|| format!("CAIRN_LISTEN: cannot bind {listen}"))?
-            .run()
-            .await
-            .context("server failed");
+        let server = HttpServer::new(move || http::app(serving.clone())).workers(workers);
+        let server = match &tls {
+            Some(tls) => server.bind_rustls_0_23(&listen, tls.clone()),
+            None => server.bind(&listen),
+        }
+        .with_context(|| format!("CAIRN_LISTEN: cannot bind {listen}"))?;
+        let served = server.run().await.context("server failed");
         // Use counts noted since the last flush are written before the process ends.
         if let Err(error) = state.cairn.flush_usage().await {
             tracing::warn!(error = %error, "writing the last use counts failed");
