@@ -2,9 +2,11 @@
 """Smoke test of the container image (run by `scripts/image smoke`): start it with a
 named volume, check readiness, a write and a recall that finds it, the image's health
 check, that the service does not run as root, and that a restarted container still has
-the write. Prints the cold start time. Removes its container and volume."""
+the write. Then bring up deploy/compose.yaml with podman-compose and wait for its health
+check to pass. Prints the cold start time. Removes its containers and volumes."""
 
 import json
+import os
 import secrets
 import socket
 import subprocess
@@ -99,5 +101,27 @@ def main():
         podman("volume", "rm", "-f", VOLUME, check=False)
 
 
+def compose():
+    """deploy/compose.yaml starts the image and its health check passes."""
+    project = f"{NAME}-compose"
+    port = free_port()
+    env = {**os.environ, "CAIRN_JWT_SECRET": SECRET, "CAIRN_PORT": str(port)}
+    command = [sys.executable, "-m", "podman_compose", "-p", project, "-f", "deploy/compose.yaml"]
+    up = subprocess.run([*command, "up", "-d"], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr[-2000:]
+        container = f"{project}_cairn_1"
+        deadline = time.monotonic() + 120
+        while podman("healthcheck", "run", container, check=False).returncode != 0:
+            assert time.monotonic() < deadline, podman("logs", container, check=False).stderr[-2000:]
+            time.sleep(0.5)
+        status = podman("inspect", "--format", "{{.State.Health.Status}}", container).stdout.strip()
+        assert status == "healthy", status
+        print(f"smoke: deploy/compose.yaml is {status}")
+    finally:
+        subprocess.run([*command, "down", "-v"], env=env, capture_output=True, text=True, timeout=300)
+
+
 if __name__ == "__main__":
     main()
+    compose()
