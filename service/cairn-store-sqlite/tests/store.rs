@@ -11,23 +11,30 @@ fn fresh_store() -> (SqliteStore, tempfile::TempDir) {
 
 cairn_store_tests::conformance_suite!(fresh_store());
 
+/// Commits one new fact of `text` to the scope and returns it.
+async fn insert_fact(store: &SqliteStore, scope: &cairn_core::Scope, text: &str) -> cairn_core::Fact {
+    use cairn_core::MemoryStore;
+    let record = cairn_store_tests::fact(text, chrono::Utc::now());
+    let event = cairn_store_tests::audit(scope, "fact.create");
+    store
+        .commit(
+            scope,
+            cairn_core::ChangeSet::new(event).with(cairn_core::Change::InsertFact(record.clone())),
+        )
+        .await
+        .expect("commit");
+    record
+}
+
 #[tokio::test]
 async fn data_survives_reopening() {
     use cairn_core::MemoryStore;
     let directory = tempfile::tempdir().expect("temp dir");
     let scope = cairn_store_tests::scope("acme", "alice");
-    let record = cairn_store_tests::fact("The user speaks Welsh", chrono::Utc::now());
-    {
+    let record = {
         let store = SqliteStore::open(directory.path()).expect("open");
-        let event = cairn_store_tests::audit(&scope, "fact.create");
-        store
-            .commit(
-                &scope,
-                cairn_core::ChangeSet::new(event).with(cairn_core::Change::InsertFact(record.clone())),
-            )
-            .await
-            .expect("commit");
-    }
+        insert_fact(&store, &scope, "The user speaks Welsh").await
+    };
     let reopened = SqliteStore::open(directory.path()).expect("reopen");
     let found = reopened.get_fact(&scope, &record.id).await.expect("get");
     assert_eq!(found.map(|fact| fact.text), Some(record.text));
@@ -304,7 +311,7 @@ async fn page_cursors_reveal_nothing_of_other_scopes() {
 /// and restores into another directory as a working store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_under_writes_restores_every_acknowledged_write() {
-    use cairn_core::{Change, ChangeSet, MemoryStore};
+    use cairn_core::MemoryStore;
     use std::sync::{Arc, Mutex};
     let (store, directory) = fresh_store();
     let scope = cairn_store_tests::scope("acme", "alice");
@@ -317,16 +324,7 @@ async fn a_backup_under_writes_restores_every_acknowledged_write() {
             let mut index = 0;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 index += 1;
-                let record =
-                    cairn_store_tests::fact(&format!("The user owns {index} books"), chrono::Utc::now());
-                let event = cairn_store_tests::audit(&scope, "fact.create");
-                store
-                    .commit(
-                        &scope,
-                        ChangeSet::new(event).with(Change::InsertFact(record.clone())),
-                    )
-                    .await
-                    .expect("commit");
+                let record = insert_fact(&store, &scope, &format!("The user owns {index} books")).await;
                 acknowledged.lock().expect("list").push(record.id);
             }
         })
@@ -372,21 +370,13 @@ async fn a_backup_under_writes_restores_every_acknowledged_write() {
 /// store; otherwise it keeps the store it replaces beside the restored one.
 #[tokio::test]
 async fn a_restore_refuses_a_store_in_use_and_keeps_what_it_replaces() {
-    use cairn_core::{Change, ChangeSet, MemoryStore};
+    use cairn_core::MemoryStore;
     let source = tempfile::tempdir().expect("temp dir");
     let scope = cairn_store_tests::scope("acme", "alice");
-    let record = cairn_store_tests::fact("The user plays the oboe", chrono::Utc::now());
-    {
+    let record = {
         let store = SqliteStore::open(source.path()).expect("open");
-        let event = cairn_store_tests::audit(&scope, "fact.create");
-        store
-            .commit(
-                &scope,
-                ChangeSet::new(event).with(Change::InsertFact(record.clone())),
-            )
-            .await
-            .expect("commit");
-    }
+        insert_fact(&store, &scope, "The user plays the oboe").await
+    };
     let backup = source.path().join("backup.sqlite3");
     cairn_store_sqlite::backup(source.path(), &backup).expect("backup");
 
