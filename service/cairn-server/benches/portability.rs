@@ -24,11 +24,7 @@ fn main() {
         .collect();
     let facts = sizes.first().copied().unwrap_or(100_000);
     let user_facts = sizes.get(1).copied().unwrap_or(10_000).min(facts);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     runtime.block_on(async {
         let directory = tempfile::tempdir().expect("temp dir");
         let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(directory.path()).expect("store"));

@@ -48,11 +48,7 @@ fn main() {
     } else {
         sizes
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     runtime.block_on(async {
         let directory = tempfile::tempdir().expect("temp dir");
         let cluster = match &opensearch {

@@ -147,3 +147,12 @@ pub async fn load(
         index += 64;
     }
 }
+
+/// The benchmarks' runtime: two workers, as on the machine the figures come from.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
