@@ -182,6 +182,19 @@ impl Cairn {
         self.store.list_decisions(scope, page).await
     }
 
+    /// The tenant's users that hold memory, by user id, with counts and last activity.
+    pub async fn users(
+        &self,
+        tenant: &cairn_core::TenantScope,
+        page: &PageRequest,
+    ) -> Result<Page<cairn_core::UserSummary>> {
+        if let Some(cursor) = &page.cursor {
+            cairn_core::UserId::parse(cursor)
+                .map_err(|_| cairn_core::Error::invalid("cursor", "not a cursor of this list"))?;
+        }
+        self.store.list_users(tenant, page).await
+    }
+
     pub async fn audit_trail(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>> {
         self.store.list_audit(scope, page).await
     }

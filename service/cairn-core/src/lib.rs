@@ -25,5 +25,5 @@ pub use error::{Error, Result};
 pub use ids::new_id;
 pub use model::*;
 pub use rerank::Reranker;
-pub use scope::{Permission, Principal, Scope, TenantId, UserId};
+pub use scope::{Permission, Principal, Scope, TenantId, TenantScope, UserId};
 pub use store::*;

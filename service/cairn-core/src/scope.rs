@@ -151,6 +151,48 @@ impl Principal {
     }
 }
 
+impl Principal {
+    /// The whole tenant, for the admin reads that span its users (the user list): only
+    /// an admin credential that is not bound to one user gets it.
+    pub fn tenant_scope(&self) -> Result<TenantScope> {
+        if !self.has(Permission::Admin) {
+            return Err(Error::Forbidden {
+                code: "insufficient_scope",
+                message: format!("this operation needs the {} scope", Permission::Admin.as_str()),
+            });
+        }
+        if self.bound_user.is_some() {
+            return Err(Error::Forbidden {
+                code: "user_mismatch",
+                message: "this token is bound to one user and cannot act on the whole tenant".to_owned(),
+            });
+        }
+        Ok(TenantScope {
+            tenant: self.tenant.clone(),
+            subject: self.subject.clone(),
+        })
+    }
+}
+
+/// A tenant as a whole, and the subject acting on it. Only [`Principal::tenant_scope`]
+/// creates one, so a read across a tenant's users is as tied to authentication as any
+/// other.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantScope {
+    tenant: TenantId,
+    subject: String,
+}
+
+impl TenantScope {
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+}
+
 /// The (tenant, user) pair every record belongs to, plus the subject acting on it (for
 /// the audit trail). Only [`Principal::scope_for`] creates one.
 #[derive(Clone, Debug, PartialEq, Eq)]

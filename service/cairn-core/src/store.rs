@@ -250,6 +250,20 @@ pub struct TextHit {
     pub score: f64,
 }
 
+/// One user of a tenant that holds memory, with what it holds and when it last changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserSummary {
+    pub user: String,
+    pub episodes: u64,
+    /// Facts of every status.
+    pub facts: u64,
+    /// Facts whose stored status is active (some may have expired since).
+    pub active_facts: u64,
+    pub playbooks: u64,
+    /// The latest write of the user: a record's time or an audit event's.
+    pub last_activity: Option<DateTime<Utc>>,
+}
+
 /// What erasing a whole scope removed, per kind of record.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ErasureReceipt {
@@ -321,6 +335,14 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// Adds batched use counts to facts and playbooks of the scope (ids of other scopes
     /// and of erased records are skipped); `last_used_at` only moves forward.
     async fn record_usage(&self, scope: &Scope, uses: &[UseCount]) -> Result<()>;
+
+    /// The tenant's users that hold any episode, fact or playbook, by user id; the
+    /// cursor is the last user id of the previous page.
+    async fn list_users(
+        &self,
+        tenant: &crate::scope::TenantScope,
+        page: &PageRequest,
+    ) -> Result<Page<UserSummary>>;
 
     /// Decisions newest first.
     async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>>;

@@ -126,6 +126,11 @@ impl Authenticated {
     pub fn scope(&self, user: &str, permission: Permission) -> Result<Scope, ApiError> {
         Ok(self.principal.scope_for(user, permission)?)
     }
+
+    /// The whole tenant, for admin reads across its users.
+    pub fn tenant_scope(&self) -> Result<cairn_core::TenantScope, ApiError> {
+        Ok(self.principal.tenant_scope()?)
+    }
 }
 
 /// Verifies the bearer token, applies the tenant's rate limit and records the tenant in

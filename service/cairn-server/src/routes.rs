@@ -143,6 +143,12 @@ pub const ROUTES: &[(&str, &str, Option<Permission>, &str)] = &[
         "The audit trail of the scope",
     ),
     (
+        "GET",
+        "/v1/users",
+        Some(Permission::Admin),
+        "The tenant's users that hold memory, with counts and last activity",
+    ),
+    (
         "DELETE",
         "/v1/users/{user}",
         Some(Permission::Admin),
@@ -178,6 +184,7 @@ pub fn register(config: &mut web::ServiceConfig) {
         .route("/readyz", web::get().to(readyz))
         .route("/metrics", web::get().to(metrics))
         .route("/openapi.json", web::get().to(openapi_document))
+        .route("/v1/users", web::get().to(list_users))
         .service(
             web::scope("/v1/users/{user}")
                 .route("", web::delete().to(erase_user))
@@ -592,4 +599,14 @@ async fn import_user(
         }
     };
     Ok(HttpResponse::Created().json(report))
+}
+
+async fn list_users(caller: Authenticated, query: web::Query<wire::PageQuery>, state: State) -> Reply {
+    let tenant = caller.tenant_scope()?;
+    let query = query.into_inner();
+    let page = state
+        .cairn
+        .users(&tenant, &page_request(query.limit, query.cursor)?)
+        .await?;
+    Ok(HttpResponse::Ok().json(wire::page(&page, wire::user_summary)))
 }

@@ -564,3 +564,14 @@ pub fn profile(profile: &Profile) -> Value {
 pub struct ImportQuery {
     pub format: Option<String>,
 }
+
+pub fn user_summary(user: &cairn_core::UserSummary) -> Value {
+    json!({
+        "user": user.user,
+        "episodes": user.episodes,
+        "facts": user.facts,
+        "active_facts": user.active_facts,
+        "playbooks": user.playbooks,
+        "last_activity": user.last_activity.map(time),
+    })
+}

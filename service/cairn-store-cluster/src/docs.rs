@@ -385,3 +385,11 @@ pub fn read_job(source: &Value) -> Result<ConsolidationJob> {
         dead_at: optional_time(source, "dead_at")?,
     })
 }
+
+/// A date aggregation's value (milliseconds since the epoch), if there is one.
+pub fn epoch_millis(value: &Value) -> Option<DateTime<Utc>> {
+    value
+        .as_f64()
+        .filter(|millis| millis.is_finite())
+        .and_then(|millis| DateTime::from_timestamp_millis(millis as i64))
+}

@@ -19,7 +19,7 @@ use cairn_core::bm25::{self, ScopeStatistics};
 use cairn_core::{
     AuditEvent, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus,
     LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter, TenantId,
-    TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, VectorQuery,
+    TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, UserSummary, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, failure};
@@ -405,7 +405,12 @@ impl ClusterStore {
     }
 
     async fn search(&self, kind: &str, routing_key: Option<&str>, body: Value) -> Result<Value> {
-        let path = format!("/{}/_search", self.index(kind));
+        self.search_in(&self.index(kind), routing_key, body).await
+    }
+
+    /// A search over `indices` (full names, comma-separated).
+    async fn search_in(&self, indices: &str, routing_key: Option<&str>, body: Value) -> Result<Value> {
+        let path = format!("/{indices}/_search");
         let query: Vec<(&str, String)> = routing_key
             .map(|key| vec![("routing", key.to_owned())])
             .unwrap_or_default();
@@ -922,6 +927,74 @@ impl MemoryStore for ClusterStore {
             left.retain(|id, _| conflicted.contains(id));
         }
         Err(Error::Unavailable("usage counts: too much contention".into()))
+    }
+
+    async fn list_users(&self, tenant: &TenantScope, page: &PageRequest) -> Result<Page<UserSummary>> {
+        self.ready()?;
+        let routing = Some(tenant.tenant().as_str());
+        let indices = ["episodes", "facts", "playbooks"]
+            .map(|kind| self.index(kind))
+            .join(",");
+        let answer = self
+            .search_in(
+                &indices,
+                routing,
+                query::tenant_users(tenant, page.cursor.as_deref(), page.limit),
+            )
+            .await?;
+        let mut users: Vec<UserSummary> = answer["aggregations"]["users"]["buckets"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|bucket| {
+                let held = |kind: &str| {
+                    bucket["kinds"]["buckets"]
+                        .as_array()
+                        .and_then(|kinds| {
+                            kinds
+                                .iter()
+                                .find(|entry| entry["key"].as_str() == Some(&self.index(kind)))
+                        })
+                        .and_then(|entry| entry["doc_count"].as_u64())
+                        .unwrap_or(0)
+                };
+                UserSummary {
+                    user: bucket["key"]["user"].as_str().unwrap_or_default().to_owned(),
+                    episodes: held("episodes"),
+                    facts: held("facts"),
+                    active_facts: bucket["active"]["doc_count"].as_u64().unwrap_or(0),
+                    playbooks: held("playbooks"),
+                    last_activity: docs::epoch_millis(&bucket["latest"]["value"]),
+                }
+            })
+            .collect();
+        if !users.is_empty() {
+            let names: Vec<&str> = users.iter().map(|user| user.user.as_str()).collect();
+            let audit = self
+                .search("audit", routing, query::latest_audit(tenant, &names))
+                .await?;
+            for bucket in audit["aggregations"]["users"]["buckets"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+            {
+                let at = docs::epoch_millis(&bucket["latest"]["value"]);
+                if let Some(user) = users
+                    .iter_mut()
+                    .find(|user| bucket["key"].as_str() == Some(user.user.as_str()))
+                {
+                    user.last_activity = user.last_activity.max(at);
+                }
+            }
+        }
+        let next_cursor = (users.len() == page.limit && page.limit > 0)
+            .then(|| users.last().map(|user| user.user.clone()))
+            .flatten();
+        Ok(Page {
+            items: users,
+            next_cursor,
+        })
     }
 
     async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {

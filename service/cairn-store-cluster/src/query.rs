@@ -6,6 +6,7 @@
 
 use crate::client::Engine;
 use crate::docs::micros;
+use cairn_core::TenantScope;
 use cairn_core::bm25::Term;
 use cairn_core::{Scope, SearchFilter, TextQuery, Tier};
 use serde_json::{Value, json};
@@ -255,4 +256,44 @@ pub fn status_condition(status: Option<cairn_core::FactStatus>, as_of: i64) -> V
         Some(FactStatus::Retracted) => vec![json!({ "term": { "status": "retracted" } })],
         Some(FactStatus::Forgotten) => vec![json!({ "bool": { "must_not": { "match_all": {} } } })],
     }
+}
+
+/// The tenant's users in the episodes, facts and playbooks indices, a page at a time by
+/// user id (a composite aggregation after the cursor), with each user's documents per
+/// index, active facts and latest `timestamp`.
+pub fn tenant_users(tenant: &TenantScope, after: Option<&str>, limit: usize) -> Value {
+    let mut users = json!({
+        "size": limit,
+        "sources": [{ "user": { "terms": { "field": "user" } } }]
+    });
+    if let Some(after) = after {
+        users["after"] = json!({ "user": after });
+    }
+    json!({
+        "size": 0,
+        "query": { "bool": { "filter": [{ "term": { "tenant": tenant.tenant().as_str() } }] } },
+        "aggs": { "users": {
+            "composite": users,
+            "aggs": {
+                "kinds": { "terms": { "field": "_index", "size": 3 } },
+                "active": { "filter": { "term": { "status": "active" } } },
+                "latest": { "max": { "field": "timestamp" } }
+            }
+        } }
+    })
+}
+
+/// The latest audit event of each of `users` in the tenant.
+pub fn latest_audit(tenant: &TenantScope, users: &[&str]) -> Value {
+    json!({
+        "size": 0,
+        "query": { "bool": { "filter": [
+            { "term": { "tenant": tenant.tenant().as_str() } },
+            { "terms": { "user": users } }
+        ] } },
+        "aggs": { "users": {
+            "terms": { "field": "user", "size": users.len().max(1) },
+            "aggs": { "latest": { "max": { "field": "timestamp" } } }
+        } }
+    })
 }

@@ -16,7 +16,7 @@ mod vectors;
 use cairn_core::{
     AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact,
     FactStatus, LoggedEpisode, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
-    TenantId, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, VectorQuery,
+    TenantId, TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, UserSummary, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use rows::micros;
@@ -642,6 +642,66 @@ impl MemoryStore for SqliteStore {
                 }
             }
             transaction.commit().map_err(storage)
+        })
+        .await
+    }
+
+    async fn list_users(&self, tenant: &TenantScope, page: &PageRequest) -> Result<Page<UserSummary>> {
+        let tenant = tenant.tenant().as_str().to_owned();
+        let after = page.cursor.clone().unwrap_or_default();
+        let limit = page.limit;
+        self.read(move |connection| {
+            // Per table, the tenant's users past the cursor (each table's scope index
+            // starts with tenant and user), merged by user.
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT user_id, sum(episodes), sum(facts), sum(active), sum(playbooks), max(at) FROM ( \
+                       SELECT user_id, count(*) AS episodes, 0 AS facts, 0 AS active, 0 AS playbooks, \
+                              max(ingested_at) AS at FROM episodes WHERE tenant = ?1 AND user_id > ?2 GROUP BY user_id \
+                       UNION ALL SELECT user_id, 0, count(*), sum(status = 'active'), 0, max(created_at) \
+                              FROM facts WHERE tenant = ?1 AND user_id > ?2 GROUP BY user_id \
+                       UNION ALL SELECT user_id, 0, 0, 0, count(*), max(updated_at) \
+                              FROM playbooks WHERE tenant = ?1 AND user_id > ?2 GROUP BY user_id \
+                     ) GROUP BY user_id ORDER BY user_id LIMIT ?3",
+                )
+                .map_err(storage)?;
+            let limit_value = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut users: Vec<UserSummary> = statement
+                .query_map(params![tenant, after, limit_value], |row| {
+                    Ok(UserSummary {
+                        user: row.get(0)?,
+                        episodes: rows::count_at(row, 1)?,
+                        facts: rows::count_at(row, 2)?,
+                        active_facts: rows::count_at(row, 3)?,
+                        playbooks: rows::count_at(row, 4)?,
+                        last_activity: rows::optional_time_at(row, 5)?,
+                    })
+                })
+                .map_err(storage)?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(storage)?;
+            // Mutations without a record of their own (a retraction, a forgetting) show in
+            // the audit trail: its latest event counts as activity too.
+            let mut latest = connection
+                .prepare_cached(
+                    "SELECT at FROM audit_events WHERE tenant = ?1 AND user_id = ?2 ORDER BY seq DESC LIMIT 1",
+                )
+                .map_err(storage)?;
+            for user in &mut users {
+                let at: Option<i64> = latest
+                    .query_row(params![tenant, user.user], |row| row.get(0))
+                    .optional()
+                    .map_err(storage)?;
+                let at = at.and_then(DateTime::from_timestamp_micros);
+                user.last_activity = user.last_activity.max(at);
+            }
+            let next_cursor = (users.len() == limit && limit > 0)
+                .then(|| users.last().map(|user| user.user.clone()))
+                .flatten();
+            Ok(Page {
+                items: users,
+                next_cursor,
+            })
         })
         .await
     }

@@ -27,7 +27,7 @@ fn time_at(row: &Row<'_>, index: usize) -> rusqlite::Result<DateTime<Utc>> {
         .ok_or_else(|| conversion_error(index, format!("timestamp {value} out of range")))
 }
 
-fn optional_time_at(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<DateTime<Utc>>> {
+pub fn optional_time_at(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<DateTime<Utc>>> {
     let value: Option<i64> = row.get(index)?;
     value
         .map(|micros| {
@@ -42,7 +42,7 @@ fn json_at<T: serde::de::DeserializeOwned>(row: &Row<'_>, index: usize) -> rusql
     serde_json::from_str(&text).map_err(|error| conversion_error(index, error.to_string()))
 }
 
-fn count_at(row: &Row<'_>, index: usize) -> rusqlite::Result<u64> {
+pub fn count_at(row: &Row<'_>, index: usize) -> rusqlite::Result<u64> {
     let value: i64 = row.get(index)?;
     Ok(u64::try_from(value).unwrap_or(0))
 }

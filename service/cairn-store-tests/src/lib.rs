@@ -45,6 +45,7 @@ macro_rules! conformance_suite {
             tenants_take_turns_and_dead_letters_wait_for_a_retry,
             racing_outcomes_all_count_and_commits_leave_nothing_to_recover,
             text_scores_use_only_the_scopes_statistics,
+            users_are_listed_per_tenant,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -94,6 +95,15 @@ pub fn scope(tenant: &str, user: &str) -> Scope {
     Principal::from_verified_credential("conformance".into(), tenant, None, vec![Permission::Admin])
         .scope_for(user, Permission::Admin)
         .expect("valid scope")
+}
+
+/// A whole tenant as an admin credential not bound to a user would get it.
+#[allow(clippy::disallowed_methods)]
+pub fn tenant_scope(tenant: &str) -> cairn_core::TenantScope {
+    let tenant = TenantId::parse(tenant).expect("valid tenant");
+    Principal::from_verified_credential("conformance".into(), tenant, None, vec![Permission::Admin])
+        .tenant_scope()
+        .expect("tenant scope")
 }
 
 /// An audit event of `scope`, as a change set needs one.
@@ -2205,6 +2215,145 @@ pub async fn text_scores_use_only_the_scopes_statistics(store: Arc<dyn MemorySto
             );
         }
     }
+}
+
+/// The tenant's user list counts each user's records, pages by user id, and shows
+/// nothing of another tenant, even one with the same user ids.
+pub async fn users_are_listed_per_tenant(store: Arc<dyn MemoryStore>) {
+    let now = Utc::now();
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let mallory = scope("evil", "alice");
+    let episode = |text: &str| cairn_core::Episode {
+        id: new_id("epi"),
+        session_id: None,
+        text: text.to_owned(),
+        occurred_at: now,
+        ingested_at: now,
+        embedding: None,
+    };
+    ingest_episodes(store.as_ref(), &alice, vec![episode("one"), episode("two")]).await;
+    let old = fact("The user lives in Lyon", now);
+    let new = fact("The user lives in Paris", now + Duration::seconds(1));
+    insert(store.as_ref(), &alice, &old).await;
+    store
+        .commit(&alice, supersede(&alice, &old, &new))
+        .await
+        .expect("supersede");
+    insert(store.as_ref(), &bob, &fact("The user rows", now)).await;
+    for index in 0..3 {
+        insert(
+            store.as_ref(),
+            &mallory,
+            &fact(&format!("Mallory's fact {index}"), now),
+        )
+        .await;
+    }
+    ingest_episodes(store.as_ref(), &mallory, vec![episode("three")]).await;
+
+    let all = PageRequest {
+        limit: 10,
+        cursor: None,
+    };
+    let acme = store
+        .list_users(&tenant_scope("acme"), &all)
+        .await
+        .expect("users");
+    assert_eq!(acme.next_cursor, None);
+    let summary: Vec<(String, u64, u64, u64, u64)> = acme
+        .items
+        .iter()
+        .map(|user| {
+            (
+                user.user.clone(),
+                user.episodes,
+                user.facts,
+                user.active_facts,
+                user.playbooks,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![("alice".to_owned(), 2, 2, 1, 0), ("bob".to_owned(), 0, 1, 1, 0)]
+    );
+    let latest = acme.items[0].last_activity.expect("activity");
+    assert!(latest >= now, "{latest} {now}");
+
+    let first = store
+        .list_users(
+            &tenant_scope("acme"),
+            &PageRequest {
+                limit: 1,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("first page");
+    assert_eq!(first.items.len(), 1);
+    assert_eq!(first.items[0].user, "alice");
+    let second = store
+        .list_users(
+            &tenant_scope("acme"),
+            &PageRequest {
+                limit: 1,
+                cursor: first.next_cursor,
+            },
+        )
+        .await
+        .expect("second page");
+    assert_eq!(
+        second
+            .items
+            .iter()
+            .map(|user| user.user.as_str())
+            .collect::<Vec<_>>(),
+        vec!["bob"]
+    );
+    let third = store
+        .list_users(
+            &tenant_scope("acme"),
+            &PageRequest {
+                limit: 1,
+                cursor: second.next_cursor,
+            },
+        )
+        .await
+        .expect("third page");
+    assert!(third.items.is_empty() && third.next_cursor.is_none());
+
+    let evil = store
+        .list_users(&tenant_scope("evil"), &all)
+        .await
+        .expect("users");
+    assert_eq!(evil.items.len(), 1);
+    assert_eq!((evil.items[0].episodes, evil.items[0].facts), (1, 3));
+    assert!(
+        store
+            .list_users(&tenant_scope("nobody"), &all)
+            .await
+            .expect("users")
+            .items
+            .is_empty()
+    );
+
+    // An erased user is no longer listed.
+    store
+        .erase_scope(&bob, audit(&bob, "user.erase"))
+        .await
+        .expect("erase");
+    let after = store
+        .list_users(&tenant_scope("acme"), &all)
+        .await
+        .expect("users");
+    assert_eq!(
+        after
+            .items
+            .iter()
+            .map(|user| user.user.as_str())
+            .collect::<Vec<_>>(),
+        vec!["alice"]
+    );
 }
 
 #[cfg(test)]

@@ -430,3 +430,69 @@ async fn a_mem0_export_comes_in_through_the_write_gates() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(count_facts(service, "acme", "carol").await, 0);
 }
+
+#[actix_web::test]
+async fn the_user_list_shows_a_tenants_users_to_its_admins_only() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    for (user, text) in [
+        ("ada", "The user knits"),
+        ("ada", "The user rows"),
+        ("bo", "The user sings"),
+    ] {
+        let (status, _) = write(service, &owner, user, json!({ "text": text })).await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    write(
+        service,
+        &token("evil", ALL),
+        "ada",
+        json!({ "text": "Another tenant's fact" }),
+    )
+    .await;
+
+    let (status, body, _) = call(service, Method::GET, "/v1/users?limit=1", Some(&owner), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["items"][0]["user"], "ada");
+    assert_eq!(body["items"][0]["facts"], 2);
+    assert_eq!(body["items"][0]["active_facts"], 2);
+    assert!(body["items"][0]["last_activity"].is_string(), "{body}");
+    let cursor = body["next_cursor"].as_str().expect("a next page").to_owned();
+    let (_, next, _) = call(
+        service,
+        Method::GET,
+        &format!("/v1/users?limit=1&cursor={cursor}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(next["items"][0]["user"], "bo");
+    let (_, evil, _) = call(service, Method::GET, "/v1/users", Some(&token("evil", ALL)), None).await;
+    assert_eq!(evil["items"].as_array().map(Vec::len), Some(1), "{evil}");
+    assert_eq!(evil["items"][0]["facts"], 1);
+
+    let write_only = token("acme", "memory:read,memory:write");
+    let (status, body, _) = call(service, Method::GET, "/v1/users", Some(&write_only), None).await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::FORBIDDEN, "insufficient_scope")
+    );
+    let bound = super::token_with("acme", ALL, Some("ada"), 3600, None, super::SECRET);
+    let (status, body, _) = call(service, Method::GET, "/v1/users", Some(&bound), None).await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::FORBIDDEN, "user_mismatch")
+    );
+    let (status, _, _) = call(service, Method::GET, "/v1/users", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body, _) = call(
+        service,
+        Method::GET,
+        "/v1/users?cursor=%00bad",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+}
