@@ -6,7 +6,7 @@
 //! (WAL readers never block the writer). A restore replaces the database file while
 //! nothing has it open, keeping the replaced files beside it.
 
-use crate::{DATABASE_FILE, schema};
+use crate::{DATABASE_FILE, schema, storage};
 use cairn_core::{Error, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use std::fs::{File, OpenOptions, TryLockError};
@@ -226,8 +226,4 @@ fn private(path: &Path) -> Result<()> {
 
 fn io(path: &Path, error: &std::io::Error) -> Error {
     Error::Unavailable(format!("{}: {error}", path.display()))
-}
-
-fn storage(error: rusqlite::Error) -> Error {
-    Error::Storage(error.to_string())
 }

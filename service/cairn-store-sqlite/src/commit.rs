@@ -1,16 +1,13 @@
 //! Applies a change set inside one SQLite transaction, checking each precondition.
 
 use crate::rows::{embedding_bytes, micros, optional_micros, scope_key};
+use crate::storage;
 use cairn_core::text::fingerprint;
 use cairn_core::{
     AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, Error, Fact, Playbook, Result, Scope,
     Tombstone,
 };
 use rusqlite::{OptionalExtension, Transaction, params};
-
-fn storage(error: rusqlite::Error) -> Error {
-    Error::Storage(error.to_string())
-}
 
 /// Row ids of the facts the change set erases, read before it is applied.
 pub fn erased_fact_seqs(

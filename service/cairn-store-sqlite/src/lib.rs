@@ -30,7 +30,8 @@ pub use backup::{BackupReport, DataDirLock, RestoreReport, UPGRADE_BACKUPS, back
 
 const DATABASE_FILE: &str = "cairn.sqlite3";
 
-fn storage(error: rusqlite::Error) -> Error {
+/// A SQLite failure as the port reports it.
+pub(crate) fn storage(error: rusqlite::Error) -> Error {
     Error::Storage(error.to_string())
 }
 

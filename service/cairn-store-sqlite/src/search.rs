@@ -2,6 +2,7 @@
 //! index rescored by exact cosine. Both apply scope and currency before ranking.
 
 use crate::rows::{self, micros, scope_key};
+use crate::storage;
 use crate::vectors::{Currency, Delta, ScopeIndex, VectorIndexes};
 use cairn_core::bm25::{self, ScopeStatistics, Term};
 use cairn_core::{
@@ -11,10 +12,6 @@ use rusqlite::Connection;
 use rusqlite::types::Value;
 use std::borrow::Cow;
 use std::collections::HashMap;
-
-fn storage(error: rusqlite::Error) -> Error {
-    Error::Storage(error.to_string())
-}
 
 /// An FTS5 query: the scope token is required, and any of `terms` in the searched
 /// `columns`. Every word is quoted, so no user input is ever parsed as FTS5 syntax.

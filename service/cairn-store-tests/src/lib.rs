@@ -164,6 +164,16 @@ async fn insert(store: &dyn MemoryStore, scope: &Scope, fact: &Fact) {
         .expect("insert fact");
 }
 
+async fn create_playbook(store: &dyn MemoryStore, scope: &Scope, playbook: &Playbook) {
+    store
+        .commit(
+            scope,
+            ChangeSet::new(audit(scope, "playbook.create")).with(Change::InsertPlaybook(playbook.clone())),
+        )
+        .await
+        .expect("create playbook");
+}
+
 async fn search(
     store: &dyn MemoryStore,
     scope: &Scope,
@@ -665,13 +675,7 @@ pub async fn erasing_a_scope_counts_and_spares_other_scopes(store: Arc<dyn Memor
         .commit(&alice, supersede(&alice, &first, &second))
         .await
         .expect("supersede");
-    store
-        .commit(
-            &alice,
-            ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(playbook(now))),
-        )
-        .await
-        .expect("playbook");
+    create_playbook(store.as_ref(), &alice, &playbook(now)).await;
     insert(store.as_ref(), &bob, &fact("The user grows tomatoes", now)).await;
 
     let receipt = store
@@ -728,13 +732,7 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
     let alice = scope("acme", "alice");
     let now = Utc::now();
     let first = playbook(now);
-    store
-        .commit(
-            &alice,
-            ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(first.clone())),
-        )
-        .await
-        .expect("create");
+    create_playbook(store.as_ref(), &alice, &first).await;
     let mut second = first.clone();
     second.version = 2;
     second.steps.push("announce it".into());
@@ -815,13 +813,7 @@ pub async fn racing_outcomes_all_count_and_commits_leave_nothing_to_recover(stor
     let alice = scope("acme", "alice");
     let now = Utc::now();
     let book = playbook(now);
-    store
-        .commit(
-            &alice,
-            ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(book.clone())),
-        )
-        .await
-        .expect("create");
+    create_playbook(store.as_ref(), &alice, &book).await;
     let mut racing = Vec::new();
     for round in 0..8 {
         let (store, alice, id) = (Arc::clone(&store), alice.clone(), book.id.clone());
