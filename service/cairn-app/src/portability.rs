@@ -15,7 +15,7 @@ use crate::facts::FactInput;
 use crate::{Cairn, RequestContext, audit_event, now, validate};
 use cairn_core::{
     Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Episode, Error, Fact, FactStatus, FactType,
-    PageRequest, Playbook, Result, Scope, StatusFilter, Tombstone, TombstoneReason, new_id,
+    Page, PageRequest, Playbook, Result, Scope, StatusFilter, Tombstone, TombstoneReason, new_id,
 };
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -188,43 +188,26 @@ impl Cairn {
                 episodes.push(exported_episode(logged.episode));
             }
         }
-        let mut facts = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page = self
-                .store
-                .list_facts(
-                    scope,
-                    StatusFilter::All,
-                    now(),
-                    &PageRequest { limit: PAGE, cursor },
-                )
-                .await?;
-            facts.extend(page.items.into_iter().map(exported_fact));
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
+        let as_of = now();
+        let mut facts: Vec<ExportedFact> = every_page(|page| async move {
+            self.store
+                .list_facts(scope, StatusFilter::All, as_of, &page)
+                .await
+        })
+        .await?
+        .into_iter()
+        .map(exported_fact)
+        .collect();
         facts.reverse();
         let mut playbooks = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page = self
-                .store
-                .list_playbooks(scope, &PageRequest { limit: PAGE, cursor })
-                .await?;
-            for playbook in page.items {
-                let versions = self.store.playbook_versions(scope, &playbook.id).await?;
-                playbooks.push(ExportedPlaybook {
-                    id: playbook.id,
-                    versions: versions.into_iter().map(exported_version).collect(),
-                });
-            }
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
+        for playbook in
+            every_page(|page| async move { self.store.list_playbooks(scope, &page).await }).await?
+        {
+            let versions = self.store.playbook_versions(scope, &playbook.id).await?;
+            playbooks.push(ExportedPlaybook {
+                id: playbook.id,
+                versions: versions.into_iter().map(exported_version).collect(),
+            });
         }
         playbooks.reverse();
         let tombstones = self
@@ -241,27 +224,20 @@ impl Cairn {
                 lifted_at: tombstone.lifted_at,
             })
             .collect();
-        let mut decisions = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page = self
-                .store
-                .list_decisions(scope, &PageRequest { limit: PAGE, cursor })
-                .await?;
-            decisions.extend(page.items.into_iter().map(|decision| ExportedDecision {
-                id: decision.id,
-                kind: decision.kind,
-                reason: decision.reason,
-                fact_id: decision.fact_id,
-                target_ids: decision.target_ids,
-                origin: decision.origin,
-                created_at: decision.created_at,
-            }));
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
+        let mut decisions: Vec<ExportedDecision> =
+            every_page(|page| async move { self.store.list_decisions(scope, &page).await })
+                .await?
+                .into_iter()
+                .map(|decision| ExportedDecision {
+                    id: decision.id,
+                    kind: decision.kind,
+                    reason: decision.reason,
+                    fact_id: decision.fact_id,
+                    target_ids: decision.target_ids,
+                    origin: decision.origin,
+                    created_at: decision.created_at,
+                })
+                .collect();
         decisions.reverse();
         Ok(ScopeExport {
             format: FORMAT.to_owned(),
@@ -685,6 +661,23 @@ impl Cairn {
             vectors.extend(self.embed_all(chunk.to_vec()).await?);
         }
         Ok(vectors)
+    }
+}
+
+/// Every item of a listing, a page of [`PAGE`] at a time, in the listing's order.
+async fn every_page<T, Fut>(mut fetch: impl FnMut(PageRequest) -> Fut) -> Result<Vec<T>>
+where
+    Fut: std::future::Future<Output = Result<Page<T>>>,
+{
+    let mut items = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = fetch(PageRequest { limit: PAGE, cursor }).await?;
+        items.extend(page.items);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(items),
+        }
     }
 }
 

@@ -63,7 +63,7 @@ pub fn scores(terms: &[Term], statistics: &ScopeStatistics, candidates: &[Fields
             let mut frequencies = vec![0.0; terms.len()];
             let mut length = 0.0;
             for (text, weight) in fields {
-                for word in words(text) {
+                for word in crate::text::words(text) {
                     length += 1.0;
                     let index = *stems.entry(word).or_insert_with(|| term_of(terms, word));
                     if let Some(index) = index {
@@ -97,12 +97,6 @@ pub fn scores(terms: &[Term], statistics: &ScopeStatistics, candidates: &[Fields
                 .sum()
         })
         .collect()
-}
-
-/// The words of a text as an index splits them: runs of letters and digits.
-fn words(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|word| !word.is_empty())
 }
 
 /// The index of the term a document word stems to, if any. Stemming keeps a word's

@@ -2,12 +2,15 @@
 
 use sha2::{Digest, Sha256};
 
+/// The words of `text` as written: runs of letters and digits, in order.
+pub fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+}
+
 /// Lower-cased alphanumeric tokens of `text`, in order.
 pub fn tokens(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|token| !token.is_empty())
-        .map(str::to_lowercase)
-        .collect()
+    words(text).map(str::to_lowercase).collect()
 }
 
 /// Common English function words, plus "user": facts are written about the user in the
