@@ -19,6 +19,37 @@ REPO = Path(__file__).resolve().parents[2]
 SECRET = "blackbox-secret-blackbox-secret-0123"
 
 
+# The search-cluster engines the black-box tests run on, each with the variable naming
+# its node. A backend named in CAIRN_TEST_BACKENDS (scripts/test names every one it
+# starts) must have its node: its cases fail, never skip, without one.
+CLUSTER_VARIABLES = {
+    "opensearch": "CAIRN_TEST_OPENSEARCH_URL",
+    "elasticsearch": "CAIRN_TEST_ELASTICSEARCH_URL",
+}
+REQUIRED_BACKENDS = [name.strip() for name in os.environ.get("CAIRN_TEST_BACKENDS", "").split(",") if name.strip()]
+
+
+def cluster_url(engine):
+    """The test node of `engine`; fails the test when the run requires it and it is
+    missing, skips it otherwise."""
+    variable = CLUSTER_VARIABLES[engine]
+    url = os.environ.get(variable)
+    if not url:
+        if engine in REQUIRED_BACKENDS:
+            pytest.fail(f"CAIRN_TEST_BACKENDS requires {engine}, but {variable} is not set")
+        pytest.skip(f"{variable} is not set")
+    return url
+
+
+def delete_indices(url, prefix):
+    """Deletes the indices of a test's prefix (ignoring a node that is gone)."""
+    request = urllib.request.Request(f"{url}/{prefix}-*", method="DELETE")
+    try:
+        urllib.request.urlopen(request, timeout=30).read()
+    except OSError:
+        pass
+
+
 def binary() -> str:
     explicit = os.environ.get("CAIRN_BIN")
     if explicit:

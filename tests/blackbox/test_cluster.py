@@ -1,6 +1,7 @@
-"""The service on a real OpenSearch node: bootstrap through the CLI (idempotent, a
-wrong mapping reported), the cluster down at start (503s, then recovery by itself),
-and the node stopped mid-ingest (every acknowledged write present afterwards)."""
+"""The service on real search-cluster nodes, OpenSearch and Elasticsearch: bootstrap
+through the CLI (idempotent, a wrong mapping reported, the text analysis it chose), the
+cluster down at start (503s, then recovery by itself), and the node stopped mid-ingest
+(every acknowledged write present afterwards)."""
 
 import json
 import os
@@ -11,19 +12,20 @@ import uuid
 
 import pytest
 
-from conftest import REPO, binary
+from conftest import REPO, binary, cluster_url
 
-MAIN = os.environ.get("CAIRN_TEST_OPENSEARCH_URL")
-REQUIRED = "opensearch" in [name.strip() for name in os.environ.get("CAIRN_TEST_BACKENDS", "").split(",")]
-if REQUIRED and not MAIN:
-    raise RuntimeError("CAIRN_TEST_BACKENDS requires opensearch, but CAIRN_TEST_OPENSEARCH_URL is not set")
-pytestmark = pytest.mark.skipif(not MAIN, reason="CAIRN_TEST_OPENSEARCH_URL is not set")
-SPARE_PORT = int(os.environ.get("CAIRN_TEST_SPARE_OPENSEARCH_PORT", "9201"))
+ENGINES = ["opensearch", "elasticsearch"]
+# A second node of each engine, started and stopped by the fault test.
+SPARE_PORTS = {
+    "opensearch": int(os.environ.get("CAIRN_TEST_SPARE_OPENSEARCH_PORT", "9201")),
+    "elasticsearch": int(os.environ.get("CAIRN_TEST_SPARE_ELASTICSEARCH_PORT", "9251")),
+}
 
 
-def opensearch(command, port):
-    env = dict(os.environ, OPENSEARCH_PORT=str(port))
-    subprocess.run([str(REPO / "scripts" / "opensearch"), command], env=env, check=True, timeout=300,
+def node(engine, command, port):
+    variable = "OPENSEARCH_PORT" if engine == "opensearch" else "ELASTICSEARCH_PORT"
+    env = dict(os.environ, **{variable: str(port)})
+    subprocess.run([str(REPO / "scripts" / engine), command], env=env, check=True, timeout=300,
                    capture_output=True)
 
 
@@ -51,36 +53,45 @@ def cli(env, *args):
     return subprocess.run([binary(), *args], env=full, capture_output=True, text=True, timeout=120)
 
 
-def test_bootstrap_is_idempotent_and_refuses_a_wrong_mapping(tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bootstrap_is_idempotent_and_refuses_a_wrong_mapping(tmp_path, engine):
+    main = cluster_url(engine)
     prefix = f"cairn-bb-{uuid.uuid4().hex[:12]}"
-    env = {"CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": MAIN, "CAIRN_INDEX_PREFIX": prefix,
+    env = {"CAIRN_BACKEND": engine, "CAIRN_CLUSTER_URL": main, "CAIRN_INDEX_PREFIX": prefix,
            "CAIRN_DATA_DIR": str(tmp_path), "CAIRN_JWT_SECRET": "x" * 32}
     try:
         first = cli(env, "bootstrap")
         assert first.returncode == 0, first.stderr
         assert "11 indices created" in first.stdout, first.stdout
+        assert f"storage is ready ({engine} " in first.stdout, first.stdout
+        # The OpenSearch test node has analysis-common; the Elasticsearch one is bare.
+        analyzer = "cairn_text" if engine == "opensearch" else "the standard analyzer"
+        assert "text analysis: recall matches Cairn's Porter stems" in first.stdout, first.stdout
+        assert analyzer in first.stdout, first.stdout
         second = cli(env, "bootstrap")
         assert second.returncode == 0 and "0 indices created, 11 already in place" in second.stdout, second.stdout
     finally:
-        http("DELETE", f"{MAIN}/{prefix}-*")
+        http("DELETE", f"{main}/{prefix}-*")
 
     wrong = f"cairn-bb-{uuid.uuid4().hex[:12]}"
-    assert http("PUT", f"{MAIN}/{wrong}-facts",
+    assert http("PUT", f"{main}/{wrong}-facts",
                 {"mappings": {"properties": {"text": {"type": "keyword"}}}}) == 200
     try:
         refused = cli(dict(env, CAIRN_INDEX_PREFIX=wrong), "bootstrap")
         assert refused.returncode != 0
         assert f"{wrong}-facts" in refused.stderr and "text is keyword, expected text" in refused.stderr, refused.stderr
     finally:
-        http("DELETE", f"{MAIN}/{wrong}-*")
+        http("DELETE", f"{main}/{wrong}-*")
 
 
-def test_cluster_down_at_start_and_node_stopped_mid_ingest(make_server, tmp_path):
-    port = SPARE_PORT
-    opensearch("stop", port)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cluster_down_at_start_and_node_stopped_mid_ingest(make_server, tmp_path, engine):
+    cluster_url(engine)
+    port = SPARE_PORTS[engine]
+    node(engine, "stop", port)
     prefix = f"cairn-faults-{uuid.uuid4().hex[:12]}"
     server = make_server(tmp_path / "cluster", {
-        "CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": f"http://127.0.0.1:{port}",
+        "CAIRN_BACKEND": engine, "CAIRN_CLUSTER_URL": f"http://127.0.0.1:{port}",
         "CAIRN_INDEX_PREFIX": prefix}).start()
     token = server.mint("acme")
     try:
@@ -89,15 +100,15 @@ def test_cluster_down_at_start_and_node_stopped_mid_ingest(make_server, tmp_path
         assert refused.status == 503, refused.body
         assert refused.json()["error"]["code"] == "unavailable"
 
-        opensearch("start", port)
+        node(engine, "start", port)
         assert wait_for(lambda: server.call("GET", "/readyz").status == 200, 90), "the service did not recover"
 
         acknowledged, failed = [], 0
         for index in range(30):
             if index == 10:
-                opensearch("stop", port)
+                node(engine, "stop", port)
             if index == 20:
-                opensearch("start", port)
+                node(engine, "start", port)
                 wait_for(lambda: server.call("GET", "/readyz").status == 200, 90)
             response = server.call("POST", "/v1/users/u1/facts", token, {"text": f"Durable fact number {index}"})
             if response.status == 201:
@@ -115,13 +126,15 @@ def test_cluster_down_at_start_and_node_stopped_mid_ingest(make_server, tmp_path
         assert recall.status == 200 and len(recall.json()["hits"]) == len(acknowledged)
     finally:
         http("DELETE", f"http://127.0.0.1:{port}/{prefix}-*")
-        opensearch("stop", port)
+        node(engine, "stop", port)
 
 
-def test_consolidation_and_erasure_on_opensearch(make_server, tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_consolidation_and_erasure_on_a_cluster(make_server, tmp_path, engine):
+    main = cluster_url(engine)
     prefix = f"cairn-bb-{uuid.uuid4().hex[:12]}"
     server = make_server(tmp_path / "consolidation", {
-        "CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": MAIN, "CAIRN_INDEX_PREFIX": prefix}).start()
+        "CAIRN_BACKEND": engine, "CAIRN_CLUSTER_URL": main, "CAIRN_INDEX_PREFIX": prefix}).start()
     token = server.mint("acme")
     try:
         assert wait_for(lambda: server.call("GET", "/readyz").status == 200, 60)
@@ -152,4 +165,4 @@ def test_consolidation_and_erasure_on_opensearch(make_server, tmp_path):
         assert server.call("GET", "/v1/users/sam/facts?status=all", token).json()["items"] == []
         assert server.call("GET", "/v1/users/ann/facts", token).json()["items"], "the other user is untouched"
     finally:
-        http("DELETE", f"{MAIN}/{prefix}-*")
+        http("DELETE", f"{main}/{prefix}-*")

@@ -1,20 +1,17 @@
 """Regression tests for defects found by an adversarial review, against the real binary
-on the embedded store and, when CAIRN_TEST_OPENSEARCH_URL is set, on OpenSearch."""
+on the embedded store and on each search-cluster engine whose test node is set
+(CAIRN_TEST_OPENSEARCH_URL, CAIRN_TEST_ELASTICSEARCH_URL)."""
 
 import contextlib
-import os
 import threading
 import time
-import urllib.request
 import uuid
 
 import pytest
 
-OPENSEARCH = os.environ.get("CAIRN_TEST_OPENSEARCH_URL")
-# Backends this run must test (scripts/test names every one it starts): their cases fail
-# rather than skip when the node's URL is missing.
-REQUIRED = [name.strip() for name in os.environ.get("CAIRN_TEST_BACKENDS", "").split(",") if name.strip()]
-BACKENDS = ["embedded", "opensearch"]
+from conftest import cluster_url, delete_indices
+
+BACKENDS = ["embedded", "opensearch", "elasticsearch"]
 
 
 @contextlib.contextmanager
@@ -22,14 +19,11 @@ def served(make_server, data_dir, backend, extra_env=None):
     """A ready server on `backend` and an admin token of tenant acme; the server is
     stopped and its indices deleted afterwards."""
     env = dict(extra_env or {})
-    prefix = None
-    if backend == "opensearch":
-        if not OPENSEARCH:
-            if "opensearch" in REQUIRED:
-                pytest.fail("CAIRN_TEST_BACKENDS requires opensearch, but CAIRN_TEST_OPENSEARCH_URL is not set")
-            pytest.skip("CAIRN_TEST_OPENSEARCH_URL is not set")
+    prefix = url = None
+    if backend != "embedded":
+        url = cluster_url(backend)
         prefix = f"cairn-bb-{uuid.uuid4().hex[:12]}"
-        env.update({"CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": OPENSEARCH, "CAIRN_INDEX_PREFIX": prefix})
+        env.update({"CAIRN_BACKEND": backend, "CAIRN_CLUSTER_URL": url, "CAIRN_INDEX_PREFIX": prefix})
     server = make_server(data_dir, env).start()
     try:
         token = server.mint("acme")
@@ -38,11 +32,7 @@ def served(make_server, data_dir, backend, extra_env=None):
     finally:
         server.stop()
         if prefix:
-            request = urllib.request.Request(f"{OPENSEARCH}/{prefix}-*", method="DELETE")
-            try:
-                urllib.request.urlopen(request, timeout=30).read()
-            except OSError:
-                pass
+            delete_indices(url, prefix)
 
 
 def ready(server):

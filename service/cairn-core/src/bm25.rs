@@ -40,6 +40,21 @@ pub fn query_terms(text: &str) -> Vec<Term> {
         .collect()
 }
 
+/// A text as a search cluster indexes it: the Porter stem of every word, lower-cased and
+/// folded, separated by spaces. A cluster indexes this with its `whitespace` analyzer,
+/// which every node has, so candidates are found by the same stems scoring compares,
+/// whatever analysis plugins the node lacks.
+pub fn index_terms(text: &str) -> String {
+    let mut indexed = String::with_capacity(text.len());
+    for word in crate::text::words(text) {
+        if !indexed.is_empty() {
+            indexed.push(' ');
+        }
+        indexed.push_str(&porter::stem(&fold(&word.to_lowercase())));
+    }
+    indexed
+}
+
 /// How many records of one tier the scope holds, and how many of them hold each term
 /// (in the same order as the terms).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -140,6 +155,19 @@ mod tests {
         let stems: Vec<&str> = terms.iter().map(|term| term.stem.as_str()).collect();
         assert_eq!(stems, vec!["run", "marathon", "zoe", "town"]);
         assert_eq!(terms[0].word, "running");
+    }
+
+    #[test]
+    fn indexed_terms_are_the_stems_queries_search_for() {
+        let indexed = index_terms("Running, in Zoë's RUNS!");
+        assert_eq!(indexed, "run in zoe s run");
+        let terms = query_terms("runner's runs zoe");
+        assert!(
+            terms
+                .iter()
+                .all(|term| term.stem == "runner" || indexed.split(' ').any(|word| word == term.stem))
+        );
+        assert_eq!(index_terms(""), "");
     }
 
     #[test]

@@ -68,6 +68,8 @@ pub fn prepare_cluster(store: ClusterStore, cairn: Cairn) -> tokio::task::JoinHa
                         version = %store.version(),
                         created = report.created.len(),
                         existing = report.existing.len(),
+                        backfilled = report.backfilled,
+                        analysis = report.analysis.describe(),
                         "search cluster ready"
                     );
                     if let Err(error) = cairn.claim_embedding_space().await {

@@ -135,6 +135,14 @@ fn bootstrap(config: &Config) -> anyhow::Result<()> {
                 report.created.len(),
                 report.existing.len()
             );
+            println!("text analysis: {}", report.analysis.describe());
+            if !report.extended.is_empty() {
+                println!(
+                    "fields added to {} ({} older documents given their stems)",
+                    report.extended.join(", "),
+                    report.backfilled
+                );
+            }
             Ok(())
         }
     }

@@ -10,7 +10,7 @@ use elasticsearch::http::{Method, Url};
 use serde_json::Value;
 use std::time::Duration;
 
-/// Which search engine answers, from `GET /`.
+/// Which search engine answers (see [`Cluster::detect`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
     OpenSearch,
@@ -30,6 +30,8 @@ impl Engine {
 pub struct Answer {
     pub status: u16,
     pub body: Value,
+    /// The `X-elastic-product` header: Elasticsearch 7.14 and later send it.
+    pub elastic: bool,
 }
 
 impl Answer {
@@ -73,6 +75,10 @@ impl Cluster {
             .await
             .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
         let status = response.status_code().as_u16();
+        let elastic = response
+            .headers()
+            .get("x-elastic-product")
+            .is_some_and(|product| product.as_bytes().eq_ignore_ascii_case(b"elasticsearch"));
         let text = response
             .text()
             .await
@@ -85,7 +91,11 @@ impl Cluster {
         if matches!(status, 502..=504) {
             return Err(Error::Unavailable(format!("search cluster answered {status}")));
         }
-        Ok(Answer { status, body })
+        Ok(Answer {
+            status,
+            body,
+            elastic,
+        })
     }
 
     /// A JSON request; see [`Cluster::send`].
@@ -138,14 +148,29 @@ impl Cluster {
         }
     }
 
-    /// The engine and version of the node, from `GET /`.
+    /// The engine and version of the node that answers. `GET /` is not used: the bare
+    /// distributions answer it 405, and a restricted user may not read it. The local
+    /// node's info is: Elasticsearch marks its answers with `X-elastic-product` (7.14
+    /// and later) and reports a `build_flavor`, which OpenSearch dropped.
     pub async fn detect(&self) -> Result<(Engine, String)> {
-        let root = self.expect(Method::Get, "/", &[], None).await?;
-        let version = root["version"]["number"].as_str().unwrap_or("unknown").to_owned();
-        let engine = if root["version"]["distribution"] == "opensearch" {
-            Engine::OpenSearch
-        } else {
+        let path = "/_nodes/_local";
+        let query = [("filter_path", "nodes.*.version,nodes.*.build_flavor".to_owned())];
+        let answer = self.call(Method::Get, path, &query, None).await?;
+        if !answer.ok() {
+            return Err(failure(path, &answer));
+        }
+        let node = answer.body["nodes"]
+            .as_object()
+            .and_then(|nodes| nodes.values().next())
+            .ok_or_else(|| Error::Unavailable(format!("{path}: the cluster described no node")))?;
+        let version = node["version"]
+            .as_str()
+            .ok_or_else(|| Error::Unavailable(format!("{path}: the node reported no version")))?
+            .to_owned();
+        let engine = if answer.elastic || node["build_flavor"].is_string() {
             Engine::Elasticsearch
+        } else {
+            Engine::OpenSearch
         };
         Ok((engine, version))
     }

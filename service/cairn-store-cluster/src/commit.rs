@@ -671,6 +671,7 @@ impl ClusterStore {
             Some(context) if !context.is_empty() => format!("{context}\n{next}"),
             _ => next.to_owned(),
         };
+        source["context_terms"] = json!(cairn_core::bm25::index_terms(&context));
         source["context"] = json!(context);
         let version = Some((stored.seq_no, stored.primary_term));
         let answer = self.write_if("episodes", id, tenant, source, version).await?;

@@ -2,6 +2,7 @@
 //! microseconds since the epoch (the embedded store's clock); `timestamp` is a date for
 //! dashboards.
 
+use cairn_core::bm25::index_terms;
 use cairn_core::text::fingerprint;
 use cairn_core::{
     AuditEvent, ConsolidationJob, Decision, DecisionKind, Edge, Episode, Error, Fact, FactStatus, FactType,
@@ -101,7 +102,9 @@ pub fn episode(scope: &Scope, episode: &Episode, position: u64, context: Option<
         json!({
             "session_id": episode.session_id,
             "text": episode.text,
+            "terms": index_terms(&episode.text),
             "context": context,
+            "context_terms": context.map(index_terms),
             "occurred_at": micros(episode.occurred_at),
             "ingested_at": micros(episode.ingested_at),
             "position": position,
@@ -132,6 +135,7 @@ pub fn fact(scope: &Scope, fact: &Fact) -> Value {
         json!({
             "fact_type": fact.fact_type.as_str(),
             "text": fact.text,
+            "terms": index_terms(&fact.text),
             "fingerprint": fingerprint(&fact.text),
             "confidence": fact.confidence,
             "status": fact.status.as_str(),
@@ -187,6 +191,7 @@ pub fn playbook(scope: &Scope, playbook: &Playbook) -> Value {
             "trigger": playbook.trigger,
             "steps": playbook.steps,
             "text": playbook.searchable_text(),
+            "terms": index_terms(&playbook.searchable_text()),
             "version": playbook.version,
             "success_count": playbook.success_count,
             "failure_count": playbook.failure_count,

@@ -179,7 +179,7 @@ impl ClusterStore {
         })
     }
 
-    /// Connects and detects the engine and version (`GET /`). Indices are not touched:
+    /// Connects and detects the engine and version (the local node's info). Indices are not touched:
     /// `bootstrap` installs them.
     pub async fn connect(url: &str, prefix: &str, dimension: usize) -> Result<Self> {
         let probe = Cluster::new(url, Duration::from_secs(30))?;
@@ -228,7 +228,7 @@ impl ClusterStore {
         format!("{}-{kind}", self.prefix)
     }
 
-    /// Checks the engine (`GET /`), installs the index templates and creates missing
+    /// Checks the engine (the local node's info), installs the index templates and creates missing
     /// indices; then reads and writes are allowed. An existing index whose mapping
     /// disagrees with the template is reported by name, left untouched, and the store
     /// refuses to read or write until it is fixed.

@@ -1,15 +1,46 @@
 //! The index templates of `mappings/`, installed by `cairn bootstrap`: put each
 //! template, create each missing index, and check that existing indices have the
 //! mapping the templates describe.
+//!
+//! Recall finds its candidates through fields Cairn fills with its own Porter stems
+//! (`terms`, `context_terms`), indexed with the `whitespace` analyzer that every node
+//! has. The `text` fields that people search in Discover get the `cairn_text` analyzer
+//! (lower case, ASCII folding, Porter stemming) where the node has those filters
+//! (`analysis-common`), and the `standard` analyzer where it does not (a bare
+//! Elasticsearch or OpenSearch distribution).
 
 use crate::INDICES;
 use crate::client::{Cluster, Engine, failure};
+use cairn_core::bm25::index_terms;
 use cairn_core::{Error, Result};
 use elasticsearch::http::Method;
 use serde_json::{Value, json};
 
 const OPENSEARCH: &str = include_str!("../../../mappings/opensearch.json");
 const ELASTICSEARCH: &str = include_str!("../../../mappings/elasticsearch.json");
+
+/// The analyzer of the `text` fields, chosen from what the node offers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Analysis {
+    /// `cairn_text`: standard tokenizer, lowercase, asciifolding, porter_stem.
+    #[default]
+    Stemming,
+    /// The node lacks `asciifolding` or `porter_stem`: the built-in `standard` analyzer.
+    Standard,
+}
+
+impl Analysis {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Analysis::Stemming => {
+                "recall matches Cairn's Porter stems (whitespace analyzer); text fields use cairn_text (porter_stem, asciifolding)"
+            }
+            Analysis::Standard => {
+                "recall matches Cairn's Porter stems (whitespace analyzer); text fields use the standard analyzer (the node has no porter_stem or asciifolding)"
+            }
+        }
+    }
+}
 
 /// What bootstrap did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -18,11 +49,42 @@ pub struct BootstrapReport {
     pub existing: Vec<String>,
     /// Existing indices that lacked fields a newer template adds, and got them.
     pub extended: Vec<String>,
+    /// Documents written before their index had the stem fields, given them now.
+    pub backfilled: u64,
+    pub analysis: Analysis,
+}
+
+/// Whether the node has the filters `cairn_text` needs: an `_analyze` request with them.
+pub async fn detect_analysis(cluster: &Cluster) -> Result<Analysis> {
+    let probe = json!({
+        "tokenizer": "standard",
+        "filter": ["lowercase", "asciifolding", "porter_stem"],
+        "text": "Running"
+    });
+    let answer = cluster.call(Method::Post, "/_analyze", &[], Some(probe)).await?;
+    if answer.ok() {
+        return Ok(Analysis::Stemming);
+    }
+    if answer.status == 400 {
+        return Ok(Analysis::Standard);
+    }
+    Err(failure("/_analyze", &answer))
 }
 
 /// The template of one index kind, for an engine, with the prefix and vector dimension
-/// filled in.
+/// filled in, and `cairn_text` analysis.
 pub fn template(engine: Engine, prefix: &str, kind: &str, dimension: usize) -> Result<Value> {
+    template_with(engine, prefix, kind, dimension, Analysis::Stemming)
+}
+
+/// [`template`] with the text analysis the node supports.
+pub fn template_with(
+    engine: Engine,
+    prefix: &str,
+    kind: &str,
+    dimension: usize,
+    analysis: Analysis,
+) -> Result<Value> {
     let all: Value = serde_json::from_str(match engine {
         Engine::OpenSearch => OPENSEARCH,
         Engine::Elasticsearch => ELASTICSEARCH,
@@ -43,7 +105,73 @@ pub fn template(engine: Engine, prefix: &str, kind: &str, dimension: usize) -> R
             Engine::Elasticsearch => vector["dims"] = json!(dimension),
         }
     }
+    if analysis == Analysis::Standard {
+        if let Some(settings) = template
+            .pointer_mut("/template/settings")
+            .and_then(Value::as_object_mut)
+        {
+            settings.remove("analysis");
+        }
+        if let Some(properties) = template
+            .pointer_mut("/template/mappings/properties")
+            .and_then(Value::as_object_mut)
+        {
+            for field in properties.values_mut() {
+                if field["analyzer"] == "cairn_text" {
+                    field["analyzer"] = json!("standard");
+                }
+            }
+        }
+    }
     Ok(template)
+}
+
+/// The indices whose records recall searches by their stems.
+const STEMMED: [&str; 3] = ["episodes", "facts", "playbooks"];
+
+/// Gives the documents of an index that predate its `terms` field their stems: pages of
+/// documents without `terms`, each updated in one bulk request, until none is left.
+async fn backfill_terms(cluster: &Cluster, index: &str) -> Result<u64> {
+    let mut total = 0;
+    loop {
+        let search = json!({
+            "size": 500,
+            "_source": ["text", "context"],
+            "query": { "bool": { "must_not": { "exists": { "field": "terms" } } } }
+        });
+        let path = format!("/{index}/_search");
+        let found = cluster.expect(Method::Post, &path, &[], Some(search)).await?;
+        let hits = found["hits"]["hits"].as_array().cloned().unwrap_or_default();
+        if hits.is_empty() {
+            return Ok(total);
+        }
+        let mut body = String::new();
+        for hit in &hits {
+            let (Some(id), Some(routing)) = (hit["_id"].as_str(), hit["_routing"].as_str()) else {
+                return Err(Error::Storage(format!(
+                    "{index}: a document without _id or _routing"
+                )));
+            };
+            let source = &hit["_source"];
+            let mut update = json!({ "terms": index_terms(source["text"].as_str().unwrap_or_default()) });
+            if let Some(context) = source["context"].as_str() {
+                update["context_terms"] = json!(index_terms(context));
+            }
+            body.push_str(
+                &json!({ "update": { "_index": index, "_id": id, "routing": routing } }).to_string(),
+            );
+            body.push('\n');
+            body.push_str(&json!({ "doc": update }).to_string());
+            body.push('\n');
+        }
+        let answer = cluster.bulk(body, true).await?;
+        if answer["errors"] == json!(true) {
+            return Err(Error::Storage(format!(
+                "{index}: giving older documents their stems failed"
+            )));
+        }
+        total += hits.len() as u64;
+    }
 }
 
 /// Compares an existing index's properties with the template's: the fields it lacks
@@ -91,11 +219,15 @@ pub async fn bootstrap(
     prefix: &str,
     dimension: usize,
 ) -> Result<BootstrapReport> {
-    let mut report = BootstrapReport::default();
+    let analysis = detect_analysis(cluster).await?;
+    let mut report = BootstrapReport {
+        analysis,
+        ..BootstrapReport::default()
+    };
     let mut problems = Vec::new();
     for kind in INDICES {
         let name = format!("{prefix}-{kind}");
-        let template = template(engine, prefix, kind, dimension)?;
+        let template = template_with(engine, prefix, kind, dimension, analysis)?;
         cluster
             .expect(
                 Method::Put,
@@ -141,6 +273,10 @@ pub async fn bootstrap(
                 )
                 .await?;
             report.extended.push(name.clone());
+        }
+        // Also after an earlier bootstrap that added the field but stopped half-way.
+        if STEMMED.contains(&kind) {
+            report.backfilled += backfill_terms(cluster, &name).await?;
         }
         report.existing.push(name);
     }

@@ -71,8 +71,8 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
     conditions
 }
 
-/// The candidates of a text search: any of `terms` in `text` (and an episode's
-/// context), inside the tier's scope and currency filter, ranked by the index. Their
+/// The candidates of a text search: any of the query's stems among a record's indexed
+/// stems (`terms`, and an episode's `context_terms`: see `bm25::index_terms`), inside the tier's scope and currency filter, ranked by the index. Their
 /// scores are computed afresh from the scope's own statistics ([`term_statistics`]).
 /// `None` without a searchable term.
 pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Option<Value> {
@@ -80,13 +80,13 @@ pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Option<V
     if terms.is_empty() {
         return None;
     }
-    let words: Vec<&str> = terms.iter().map(|term| term.word.as_str()).collect();
+    let stems: Vec<&str> = terms.iter().map(|term| term.stem.as_str()).collect();
     Some(json!({
         "size": filter.limit,
         "track_total_hits": false,
         "query": { "bool": {
             "filter": restrictions(scope, filter),
-            "must": matching(query, words.join(" "))
+            "must": matching(query, stems.join(" "))
         } }
     }))
 }
@@ -95,13 +95,13 @@ pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Option<V
 /// hold it in the searched fields: a filter aggregation per term under the scope filter.
 pub fn term_statistics(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Value {
     let fields: &[&str] = if query.searches_context() {
-        &["text", "context"]
+        &["terms", "context_terms"]
     } else {
-        &["text"]
+        &["terms"]
     };
     let per_term: Vec<Value> = terms
         .iter()
-        .map(|term| json!({ "multi_match": { "query": term.word, "fields": fields } }))
+        .map(|term| json!({ "multi_match": { "query": term.stem, "fields": fields } }))
         .collect();
     json!({
         "size": 0,
@@ -118,13 +118,13 @@ fn matching(query: &TextQuery, terms: String) -> Value {
         Tier::Episodic if query.searches_context() => {
             json!({ "multi_match": {
             "query": terms,
-            "fields": ["text", format!("context^{:?}", query.context_weight)],
+            "fields": ["terms", format!("context_terms^{:?}", query.context_weight)],
             "type": "most_fields",
             "operator": "or"
         } })
         }
         Tier::Episodic | Tier::Semantic | Tier::Procedural => {
-            json!({ "match": { "text": { "query": terms, "operator": "or" } } })
+            json!({ "match": { "terms": { "query": terms, "operator": "or" } } })
         }
     }
 }

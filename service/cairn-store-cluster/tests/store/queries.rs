@@ -55,14 +55,37 @@ fn text_queries_filter_scope_and_currency() {
     let sneakers = bm25::query_terms("sneakers");
     let body = query::text_search(&scope, &without_context, &sneakers).expect("terms");
     assert_eq!(
-        body["query"]["bool"]["must"]["match"]["text"]["query"],
-        "sneakers"
+        body["query"]["bool"]["must"]["match"]["terms"]["query"], "sneaker",
+        "the index is searched by Cairn's stems"
     );
     let counted = query::term_statistics(&scope, &without_context, &sneakers);
     assert_eq!(
         counted["aggs"]["terms"]["filters"]["filters"][0]["multi_match"]["fields"],
-        serde_json::json!(["text"])
+        serde_json::json!(["terms"])
     );
+}
+
+#[test]
+fn text_analysis_falls_back_to_the_standard_analyzer_on_a_bare_node() {
+    for engine in [Engine::OpenSearch, Engine::Elasticsearch] {
+        for kind in cairn_store_cluster::INDICES {
+            let bare = mappings::template_with(engine, "cairn", kind, 384, mappings::Analysis::Standard)
+                .expect("template");
+            let text = serde_json::to_string(&bare).expect("json");
+            assert!(
+                !text.contains("cairn_text") && !text.contains("porter_stem"),
+                "{kind}: {text}"
+            );
+            assert!(bare["template"]["settings"]["analysis"].is_null(), "{kind}");
+            let full = mappings::template(engine, "cairn", kind, 384).expect("template");
+            for field in ["terms", "context_terms"] {
+                let stems = &full["template"]["mappings"]["properties"][field];
+                if !stems.is_null() {
+                    assert_eq!(stems["analyzer"], "whitespace", "{kind}.{field}");
+                }
+            }
+        }
+    }
 }
 
 #[test]
