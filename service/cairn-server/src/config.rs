@@ -28,6 +28,19 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub backend: Backend,
     pub cluster_url: Option<String>,
+    /// Basic authentication to the search cluster.
+    pub cluster_username: Option<String>,
+    pub cluster_password: Option<String>,
+    /// An Elasticsearch API key, in its encoded (`base64(id:key)`) form.
+    pub cluster_api_key: Option<String>,
+    pub cluster_bearer_token: Option<String>,
+    /// PEM file of the CA (or CAs) that signed the cluster's certificate.
+    pub cluster_ca_cert: Option<PathBuf>,
+    /// PEM files of the client certificate and its key, for mutual TLS.
+    pub cluster_client_cert: Option<PathBuf>,
+    pub cluster_client_key: Option<PathBuf>,
+    /// Skip verifying the cluster's certificate (warned about at start).
+    pub cluster_tls_insecure: bool,
     pub index_prefix: String,
     /// HS256 secrets, separated by whitespace: every one verifies, the first signs.
     pub jwt_secret: Option<String>,
@@ -145,6 +158,14 @@ impl Default for Config {
             data_dir: PathBuf::from("./data"),
             backend: Backend::Embedded,
             cluster_url: None,
+            cluster_username: None,
+            cluster_password: None,
+            cluster_api_key: None,
+            cluster_bearer_token: None,
+            cluster_ca_cert: None,
+            cluster_client_cert: None,
+            cluster_client_key: None,
+            cluster_tls_insecure: false,
             index_prefix: "cairn".into(),
             jwt_secret: None,
             jwt_public_keys: None,
@@ -228,6 +249,14 @@ const KEYS: &[(&str, Kind)] = &[
     ("data_dir", Kind::Text),
     ("backend", Kind::Text),
     ("cluster_url", Kind::Text),
+    ("cluster_username", Kind::Text),
+    ("cluster_password", Kind::Text),
+    ("cluster_api_key", Kind::Text),
+    ("cluster_bearer_token", Kind::Text),
+    ("cluster_ca_cert", Kind::Text),
+    ("cluster_client_cert", Kind::Text),
+    ("cluster_client_key", Kind::Text),
+    ("cluster_tls_insecure", Kind::Boolean),
     ("index_prefix", Kind::Text),
     ("jwt_secret", Kind::Text),
     ("jwt_public_keys", Kind::Text),
@@ -296,7 +325,15 @@ const KEYS: &[(&str, Kind)] = &[
 
 /// Settings that may be given as a file instead, through the same name with `_FILE`
 /// appended (mounted secrets).
-const SECRETS: &[&str] = &["jwt_secret", "llm_api_key", "rerank_api_key"];
+const SECRETS: &[&str] = &[
+    "jwt_secret",
+    "llm_api_key",
+    "rerank_api_key",
+    "cluster_username",
+    "cluster_password",
+    "cluster_api_key",
+    "cluster_bearer_token",
+];
 
 /// The content of a `<NAME>_FILE` secret, without its trailing line break.
 fn secret_file(name: &str, path: Option<String>) -> Result<Option<String>, ConfigError> {
@@ -324,6 +361,96 @@ fn config_error(key: impl Into<String>, message: impl Into<String>) -> ConfigErr
 }
 
 impl Config {
+    /// The cluster's credentials and TLS settings must be complete, unambiguous and
+    /// usable with the URL's scheme. Messages name settings, never their values.
+    fn validate_cluster_access(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.cluster_url {
+            let Some((scheme, rest)) = url.split_once("://") else {
+                return Err(config_error(
+                    "CAIRN_CLUSTER_URL",
+                    "must be an http:// or https:// URL",
+                ));
+            };
+            let scheme = scheme.to_ascii_lowercase();
+            if !matches!(scheme.as_str(), "http" | "https") {
+                return Err(config_error(
+                    "CAIRN_CLUSTER_URL",
+                    "must be an http:// or https:// URL",
+                ));
+            }
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            if authority.contains('@') {
+                return Err(config_error(
+                    "CAIRN_CLUSTER_URL",
+                    "must not hold credentials; set CAIRN_CLUSTER_USERNAME and CAIRN_CLUSTER_PASSWORD",
+                ));
+            }
+            let tls = self.cluster_ca_cert.is_some()
+                || self.cluster_client_cert.is_some()
+                || self.cluster_tls_insecure;
+            if tls && scheme != "https" {
+                return Err(config_error(
+                    "CAIRN_CLUSTER_URL",
+                    "TLS settings (CAIRN_CLUSTER_CA_CERT, CAIRN_CLUSTER_CLIENT_CERT, CAIRN_CLUSTER_TLS_INSECURE) need an https:// URL",
+                ));
+            }
+        }
+        if self.cluster_username.is_some() != self.cluster_password.is_some() {
+            return Err(config_error(
+                if self.cluster_username.is_some() {
+                    "CAIRN_CLUSTER_PASSWORD"
+                } else {
+                    "CAIRN_CLUSTER_USERNAME"
+                },
+                "basic authentication needs both CAIRN_CLUSTER_USERNAME and CAIRN_CLUSTER_PASSWORD",
+            ));
+        }
+        let schemes = [
+            self.cluster_username.is_some(),
+            self.cluster_api_key.is_some(),
+            self.cluster_bearer_token.is_some(),
+        ];
+        if schemes.iter().filter(|set| **set).count() > 1 {
+            return Err(config_error(
+                "CAIRN_CLUSTER_API_KEY",
+                "set one of CAIRN_CLUSTER_USERNAME/PASSWORD, CAIRN_CLUSTER_API_KEY and CAIRN_CLUSTER_BEARER_TOKEN",
+            ));
+        }
+        for (name, value) in [
+            ("CAIRN_CLUSTER_USERNAME", &self.cluster_username),
+            ("CAIRN_CLUSTER_PASSWORD", &self.cluster_password),
+            ("CAIRN_CLUSTER_API_KEY", &self.cluster_api_key),
+            ("CAIRN_CLUSTER_BEARER_TOKEN", &self.cluster_bearer_token),
+        ] {
+            if value
+                .as_ref()
+                .is_some_and(|value| value.is_empty() || value.chars().any(char::is_control))
+            {
+                return Err(config_error(
+                    name,
+                    "must be non-empty text without control characters",
+                ));
+            }
+        }
+        if self.cluster_client_cert.is_some() != self.cluster_client_key.is_some() {
+            return Err(config_error(
+                if self.cluster_client_cert.is_some() {
+                    "CAIRN_CLUSTER_CLIENT_KEY"
+                } else {
+                    "CAIRN_CLUSTER_CLIENT_CERT"
+                },
+                "mutual TLS needs both CAIRN_CLUSTER_CLIENT_CERT and CAIRN_CLUSTER_CLIENT_KEY",
+            ));
+        }
+        if self.cluster_tls_insecure && self.cluster_ca_cert.is_some() {
+            return Err(config_error(
+                "CAIRN_CLUSTER_TLS_INSECURE",
+                "skips verification, so CAIRN_CLUSTER_CA_CERT would be ignored; set one of them",
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads the process environment (and the file it names with `CAIRN_CONFIG`, or
     /// `file` when given) into a validated configuration.
     #[allow(clippy::disallowed_methods)]
@@ -370,6 +497,10 @@ impl Config {
                 (Some(raw), None) | (None, Some(raw)) => raw,
                 (None, None) => continue,
             };
+            // An empty cluster setting is an unset one (a template's blank variable).
+            if raw.is_empty() && key.starts_with("cluster_") {
+                continue;
+            }
             let value = match kind {
                 Kind::Text => toml::Value::String(raw),
                 Kind::Integer => raw
@@ -431,6 +562,7 @@ impl Config {
                 "is required when CAIRN_BACKEND is a search cluster",
             ));
         }
+        self.validate_cluster_access()?;
         if !self
             .index_prefix
             .bytes()
@@ -701,6 +833,82 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn cluster_access_settings_are_complete_and_unambiguous() {
+        let cluster = |extra: &[(&str, &str)]| {
+            // The first of two settings of one name wins: `extra` overrides the defaults.
+            let mut pairs = extra.to_vec();
+            pairs.extend_from_slice(&[
+                ("CAIRN_BACKEND", "elasticsearch"),
+                ("CAIRN_CLUSTER_URL", "https://search.internal:9200"),
+            ]);
+            Config::from_sources(None, &variables(&pairs))
+        };
+        let secret = "hunter2-very-secret";
+        let basic = cluster(&[
+            ("CAIRN_CLUSTER_USERNAME", "cairn"),
+            ("CAIRN_CLUSTER_PASSWORD", secret),
+        ])
+        .expect("basic authentication");
+        assert_eq!(basic.cluster_password.as_deref(), Some(secret));
+        let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+            (
+                vec![("CAIRN_CLUSTER_USERNAME", "cairn")],
+                "CAIRN_CLUSTER_PASSWORD",
+            ),
+            (vec![("CAIRN_CLUSTER_PASSWORD", secret)], "CAIRN_CLUSTER_USERNAME"),
+            (
+                vec![
+                    ("CAIRN_CLUSTER_API_KEY", secret),
+                    ("CAIRN_CLUSTER_BEARER_TOKEN", secret),
+                ],
+                "CAIRN_CLUSTER_API_KEY",
+            ),
+            (
+                vec![("CAIRN_CLUSTER_CLIENT_CERT", "/tls/client.pem")],
+                "CAIRN_CLUSTER_CLIENT_KEY",
+            ),
+            (
+                vec![
+                    ("CAIRN_CLUSTER_TLS_INSECURE", "true"),
+                    ("CAIRN_CLUSTER_CA_CERT", "/tls/ca.pem"),
+                ],
+                "CAIRN_CLUSTER_TLS_INSECURE",
+            ),
+            (
+                vec![(
+                    "CAIRN_CLUSTER_URL",
+                    "https://cairn:hunter2-very-secret@search:9200",
+                )],
+                "CAIRN_CLUSTER_URL",
+            ),
+            (
+                vec![
+                    ("CAIRN_CLUSTER_URL", "http://search:9200"),
+                    ("CAIRN_CLUSTER_CA_CERT", "/tls/ca.pem"),
+                ],
+                "CAIRN_CLUSTER_URL",
+            ),
+        ];
+        for (extra, key) in cases {
+            let error = cluster(&extra).expect_err("refused");
+            assert_eq!(error.key, key, "{extra:?}");
+            assert!(!error.to_string().contains(secret), "{error}");
+        }
+        // Blank settings (an unfilled template variable) are unset.
+        let blank = cluster(&[("CAIRN_CLUSTER_CA_CERT", ""), ("CAIRN_CLUSTER_API_KEY", "")]).expect("blank");
+        assert!(blank.cluster_ca_cert.is_none() && blank.cluster_api_key.is_none());
+        // Secrets come from files too.
+        let directory = std::env::temp_dir().join(format!("cairn-cluster-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("temp dir");
+        let file = directory.join("key");
+        std::fs::write(&file, format!("{secret}\n")).expect("write");
+        let from_file =
+            cluster(&[("CAIRN_CLUSTER_API_KEY_FILE", &file.display().to_string())]).expect("file");
+        assert_eq!(from_file.cluster_api_key.as_deref(), Some(secret));
+        std::fs::remove_dir_all(&directory).ok();
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod wire;
 use anyhow::Context;
 use cairn_app::{Cairn, ConsolidationSettings, Consolidator, JobRun, Settings};
 use cairn_core::MemoryStore;
-use cairn_store_cluster::{ClusterStore, Engine};
+use cairn_store_cluster::{Access, ClusterStore, Credentials, Engine};
 use cairn_store_sqlite::SqliteStore;
 use config::{Backend, Config};
 use std::sync::Arc;
@@ -50,8 +50,68 @@ pub fn cluster_store(config: &Config) -> anyhow::Result<ClusterStore> {
         .cluster_url
         .as_deref()
         .context("CAIRN_CLUSTER_URL is required with a search-cluster backend")?;
-    ClusterStore::new(url, engine, &config.index_prefix, config.embedding_dimension)
-        .map_err(|error| anyhow::anyhow!("CAIRN_CLUSTER_URL: {error}"))
+    let access = cluster_access(config)?;
+    if access.insecure {
+        tracing::warn!(
+            "CAIRN_CLUSTER_TLS_INSECURE is set: the search cluster's certificate is NOT verified; anyone on the path can read and change every memory. Use CAIRN_CLUSTER_CA_CERT instead."
+        );
+        eprintln!(
+            "cairn: WARNING: CAIRN_CLUSTER_TLS_INSECURE is set: the search cluster's certificate is not verified"
+        );
+    }
+    ClusterStore::with_access(
+        url,
+        &access,
+        engine,
+        &config.index_prefix,
+        config.embedding_dimension,
+    )
+    .map_err(|error| anyhow::anyhow!("CAIRN_CLUSTER_URL: {error}"))
+}
+
+/// The credentials and TLS files of the configuration, read and checked.
+fn cluster_access(config: &Config) -> anyhow::Result<Access> {
+    let read = |name: &str, path: &std::path::Path| -> anyhow::Result<Vec<u8>> {
+        let bytes = std::fs::read(path).with_context(|| format!("{name}: cannot read {}", path.display()))?;
+        if !String::from_utf8_lossy(&bytes).contains("-----BEGIN ") {
+            anyhow::bail!("{name}: {} is not a PEM file", path.display());
+        }
+        Ok(bytes)
+    };
+    let credentials = match (
+        &config.cluster_username,
+        &config.cluster_password,
+        &config.cluster_api_key,
+        &config.cluster_bearer_token,
+    ) {
+        (Some(username), Some(password), _, _) => Some(Credentials::Basic {
+            username: username.clone(),
+            password: password.clone(),
+        }),
+        (_, _, Some(key), _) => Some(Credentials::ApiKey(key.trim().to_owned())),
+        (_, _, _, Some(token)) => Some(Credentials::Bearer(token.trim().to_owned())),
+        _ => None,
+    };
+    let ca_pem = config
+        .cluster_ca_cert
+        .as_deref()
+        .map(|path| read("CAIRN_CLUSTER_CA_CERT", path))
+        .transpose()?;
+    let client_pem = match (&config.cluster_client_cert, &config.cluster_client_key) {
+        (Some(cert), Some(key)) => {
+            let mut pem = read("CAIRN_CLUSTER_CLIENT_CERT", cert)?;
+            pem.push(b'\n');
+            pem.extend(read("CAIRN_CLUSTER_CLIENT_KEY", key)?);
+            Some(pem)
+        }
+        _ => None,
+    };
+    Ok(Access {
+        credentials,
+        ca_pem,
+        client_pem,
+        insecure: config.cluster_tls_insecure,
+    })
 }
 
 /// Brings a search-cluster store into service in the background: bootstrap (retried

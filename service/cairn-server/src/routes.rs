@@ -236,8 +236,17 @@ async fn readyz(state: State) -> HttpResponse {
         }
         Err(error) => {
             tracing::warn!(error = %error, "store not ready");
-            HttpResponse::ServiceUnavailable()
-                .json(json!({ "status": "unavailable", "checks": { "store": "unreachable" } }))
+            // What an operator must fix (credentials rejected, an unknown CA, the node
+            // down); messages from the store never hold a secret.
+            let detail = match &error {
+                cairn_core::Error::Unavailable(reason) => reason.clone(),
+                other => other.to_string(),
+            };
+            HttpResponse::ServiceUnavailable().json(json!({
+                "status": "unavailable",
+                "checks": { "store": "unreachable" },
+                "detail": detail
+            }))
         }
     }
 }

@@ -1,13 +1,21 @@
 //! The HTTP side: one `elasticsearch` client (plain JSON, so it speaks to OpenSearch as
-//! well), engine detection, and the error mapping of cluster answers.
+//! well) with the deployment's credentials and TLS trust, engine detection, and the
+//! error mapping of cluster answers. Secrets never reach an error message: each message
+//! is built from the cluster's answer or the transport error with every configured
+//! secret masked.
 
+use base64::Engine as _;
 use cairn_core::{Error, Result};
 use elasticsearch::Elasticsearch;
-use elasticsearch::http::headers::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use elasticsearch::auth::{ClientCertificate, Credentials as Identity};
+use elasticsearch::cert::{Certificate, CertificateValidation};
+use elasticsearch::http::headers::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use elasticsearch::http::request::{Body, JsonBody};
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
 use elasticsearch::http::{Method, Url};
 use serde_json::Value;
+#[cfg(test)]
+use serde_json::json;
 use std::time::Duration;
 
 /// Which search engine answers (see [`Cluster::detect`]).
@@ -40,22 +48,225 @@ impl Answer {
     }
 }
 
+/// How the cluster authenticates Cairn: at most one scheme sends an `Authorization`
+/// header (a client certificate in [`Access`] may come with it or alone).
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credentials {
+    Basic {
+        username: String,
+        password: String,
+    },
+    /// An Elasticsearch API key in its encoded form (`base64(id:key)`), sent as
+    /// `Authorization: ApiKey <encoded>`.
+    ApiKey(String),
+    /// Sent as `Authorization: Bearer <token>`.
+    Bearer(String),
+}
+
+impl Credentials {
+    fn header(&self) -> String {
+        match self {
+            Credentials::Basic { username, password } => format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"))
+            ),
+            Credentials::ApiKey(encoded) => format!("ApiKey {encoded}"),
+            Credentials::Bearer(token) => format!("Bearer {token}"),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Credentials::Basic { .. } => "basic authentication",
+            Credentials::ApiKey(_) => "API key",
+            Credentials::Bearer(_) => "bearer token",
+        }
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        match self {
+            // The encoded header too: a server may echo it.
+            Credentials::Basic { password, .. } => vec![password.clone(), self.header()],
+            Credentials::ApiKey(encoded) => vec![encoded.clone()],
+            Credentials::Bearer(token) => vec![token.clone()],
+        }
+    }
+}
+
+/// Credentials and TLS settings for reaching the cluster. `Debug` shows which are set,
+/// never their values.
+#[derive(Clone, Default)]
+pub struct Access {
+    pub credentials: Option<Credentials>,
+    /// PEM certificates of the CAs to trust, besides the usual roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate and its private key, PEM, for mutual TLS.
+    pub client_pem: Option<Vec<u8>>,
+    /// Accept any certificate (never in production; warned about at start).
+    pub insecure: bool,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Access")
+            .field("credentials", &self.credentials.as_ref().map(Credentials::kind))
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.client_pem.is_some())
+            .field("insecure", &self.insecure)
+            .finish()
+    }
+}
+
+impl Access {
+    /// What is configured, for logs: the kinds, never the values.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![
+            self.credentials
+                .as_ref()
+                .map_or("no credentials", Credentials::kind)
+                .to_owned(),
+        ];
+        if self.ca_pem.is_some() {
+            parts.push("custom CA".into());
+        }
+        if self.client_pem.is_some() {
+            parts.push("client certificate".into());
+        }
+        if self.insecure {
+            parts.push("certificate verification OFF".into());
+        }
+        parts.join(", ")
+    }
+}
+
 #[derive(Clone)]
 pub struct Cluster {
     client: Elasticsearch,
+    /// Every configured secret, masked in any message built from an answer or error.
+    secrets: std::sync::Arc<Vec<String>>,
+    /// What authenticated Cairn, for messages about a refusal.
+    credentials: &'static str,
 }
 
 impl Cluster {
     pub fn new(url: &str, timeout: Duration) -> Result<Self> {
+        Cluster::with_access(url, &Access::default(), timeout)
+    }
+
+    pub fn with_access(url: &str, access: &Access, timeout: Duration) -> Result<Self> {
         let url = Url::parse(url).map_err(|error| Error::invalid("cluster_url", error.to_string()))?;
-        let transport = TransportBuilder::new(SingleNodeConnectionPool::new(url))
+        let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
             .disable_proxy()
-            .timeout(timeout)
-            .build()
-            .map_err(|error| Error::Unavailable(format!("cluster client: {error}")))?;
+            .timeout(timeout);
+        let mut secrets = Vec::new();
+        if let Some(credentials) = &access.credentials {
+            let mut value = HeaderValue::from_str(&credentials.header())
+                .map_err(|_| Error::invalid("cluster_credentials", "cannot be sent in an HTTP header"))?;
+            value.set_sensitive(true);
+            builder = builder.header(AUTHORIZATION, value);
+            secrets.extend(credentials.secrets());
+        }
+        if let Some(pem) = &access.client_pem {
+            builder = builder.auth(Identity::Certificate(ClientCertificate::Pem(pem.clone())));
+        }
+        if access.insecure {
+            builder = builder.cert_validation(CertificateValidation::None);
+        } else if let Some(pem) = &access.ca_pem {
+            let roots = Certificate::from_pem(pem).map_err(|error| {
+                Error::invalid("cluster_ca_cert", format!("is not a PEM certificate: {error}"))
+            })?;
+            builder = builder.cert_validation(CertificateValidation::Full(roots));
+        }
+        let transport = builder.build().map_err(|error| {
+            Error::invalid(
+                "cluster_tls",
+                format!("cannot set up the cluster client: {error}"),
+            )
+        })?;
+        secrets.retain(|secret| !secret.is_empty());
         Ok(Cluster {
             client: Elasticsearch::new(transport),
+            secrets: std::sync::Arc::new(secrets),
+            credentials: access.credentials.as_ref().map_or(
+                if access.client_pem.is_some() {
+                    "client certificate"
+                } else {
+                    "no credentials"
+                },
+                Credentials::kind,
+            ),
         })
+    }
+
+    /// `text` with every configured secret masked.
+    fn mask(&self, text: &str) -> String {
+        self.secrets.iter().fold(text.to_owned(), |text, secret| {
+            text.replace(secret.as_str(), "***")
+        })
+    }
+
+    /// An `Unavailable` error for a transport failure, saying what went wrong in terms an
+    /// operator can act on (an untrusted certificate, a refused client certificate) when
+    /// the error chain shows it.
+    fn transport_error(&self, error: &elasticsearch::Error) -> Error {
+        let mut chain = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            chain.push_str(": ");
+            chain.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        let chain = self.mask(&chain);
+        let lower = chain.to_ascii_lowercase();
+        let diagnosis = if lower.contains("unknownissuer") || lower.contains("unknown issuer") {
+            "TLS: the search cluster's certificate is signed by an unknown CA (set CAIRN_CLUSTER_CA_CERT to the CA that signed it)"
+        } else if lower.contains("notvalidforname") || lower.contains("not valid for name") {
+            "TLS: the search cluster's certificate does not name the host in CAIRN_CLUSTER_URL"
+        } else if lower.contains("expired") && lower.contains("certificate") {
+            "TLS: the search cluster's certificate has expired"
+        } else if lower.contains("certificaterequired") || lower.contains("certificate required") {
+            "TLS: the search cluster requires a client certificate (CAIRN_CLUSTER_CLIENT_CERT and CAIRN_CLUSTER_CLIENT_KEY)"
+        } else if lower.contains("badcertificate")
+            || lower.contains("bad certificate")
+            || lower.contains("alert: certificateunknown")
+            || lower.contains("alert: unknownca")
+        {
+            "TLS: the search cluster refused the client certificate"
+        } else if lower.contains("invalidcontenttype") || lower.contains("corrupt message") {
+            "TLS: the search cluster did not answer TLS (is CAIRN_CLUSTER_URL https:// on a plain HTTP port?)"
+        } else {
+            "search cluster unreachable"
+        };
+        Error::Unavailable(format!("{diagnosis}: {chain}"))
+    }
+
+    /// An `Unavailable` error for a 401 or 403: the credentials were rejected, or lack a
+    /// privilege (or the index is blocked), with the cluster's reason.
+    fn refusal(&self, status: u16, body: &Value) -> Error {
+        let error = &body["error"];
+        let mut reason = error["reason"].as_str().unwrap_or_default().to_owned();
+        if let Some(more) = error["additional_unsuccessful_credentials"].as_str() {
+            reason.push_str(&format!(" ({more})"));
+        }
+        if reason.is_empty() {
+            reason = body
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| body.to_string());
+        }
+        let reason = self.mask(&reason);
+        if status == 401 {
+            Error::Unavailable(format!(
+                "the search cluster rejected the credentials ({}; 401): {reason}",
+                self.credentials
+            ))
+        } else {
+            Error::Unavailable(format!(
+                "the search cluster refused the request ({}; 403): {reason}",
+                self.credentials
+            ))
+        }
     }
 
     /// Sends one request. Transport failures (refused, timed out) and gateway answers
@@ -73,7 +284,7 @@ impl Cluster {
             .client
             .send(method, path, headers, Some(query), body, None)
             .await
-            .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
+            .map_err(|error| self.transport_error(&error))?;
         let status = response.status_code().as_u16();
         let elastic = response
             .headers()
@@ -82,7 +293,7 @@ impl Cluster {
         let text = response
             .text()
             .await
-            .map_err(|error| Error::Unavailable(format!("search cluster: {error}")))?;
+            .map_err(|error| self.transport_error(&error))?;
         let body = if text.trim().is_empty() {
             Value::Null
         } else {
@@ -90,6 +301,11 @@ impl Cluster {
         };
         if matches!(status, 502..=504) {
             return Err(Error::Unavailable(format!("search cluster answered {status}")));
+        }
+        // No request of Cairn's is one a working deployment is refused: a 401 or 403 is
+        // the deployment's credentials, never the caller's request.
+        if matches!(status, 401 | 403) {
+            return Err(self.refusal(status, &body));
         }
         Ok(Answer {
             status,
@@ -188,4 +404,57 @@ pub fn failure(path: &str, answer: &Answer) -> Error {
         reason.push_str(cause);
     }
     Error::Storage(format!("{path}: {} {reason}", answer.status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_neither_shown_nor_repeated() {
+        let access = Access {
+            credentials: Some(Credentials::Basic {
+                username: "cairn".into(),
+                password: "hunter2-secret".into(),
+            }),
+            ..Access::default()
+        };
+        let shown = format!("{access:?} {}", access.describe());
+        assert!(
+            !shown.contains("hunter2") && shown.contains("basic authentication"),
+            "{shown}"
+        );
+        let cluster =
+            Cluster::with_access("https://127.0.0.1:9", &access, Duration::from_secs(1)).expect("client");
+        let header = Credentials::Basic {
+            username: "cairn".into(),
+            password: "hunter2-secret".into(),
+        }
+        .header();
+        let masked = cluster.mask(&format!("echoed {header} and hunter2-secret"));
+        assert!(
+            !masked.contains("hunter2") && !masked.contains(&header),
+            "{masked}"
+        );
+        let refusal = cluster.refusal(
+            401,
+            &json!({ "error": { "reason": "bad password hunter2-secret" } }),
+        );
+        let text = refusal.to_string();
+        assert!(
+            text.contains("rejected the credentials (basic authentication; 401)")
+                && !text.contains("hunter2")
+        );
+    }
+
+    #[test]
+    fn authorization_headers_follow_the_documented_formats() {
+        let basic = Credentials::Basic {
+            username: "elastic".into(),
+            password: "changeme".into(),
+        };
+        assert_eq!(basic.header(), "Basic ZWxhc3RpYzpjaGFuZ2VtZQ==");
+        assert_eq!(Credentials::ApiKey("aWQ6a2V5".into()).header(), "ApiKey aWQ6a2V5");
+        assert_eq!(Credentials::Bearer("token".into()).header(), "Bearer token");
+    }
 }

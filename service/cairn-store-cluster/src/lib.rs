@@ -13,7 +13,7 @@ mod docs;
 pub mod mappings;
 pub mod query;
 
-pub use client::Engine;
+pub use client::{Access, Credentials, Engine};
 
 use cairn_core::bm25::{self, ScopeStatistics};
 use cairn_core::{
@@ -167,8 +167,19 @@ impl ClusterStore {
     /// A store for the cluster at `url` speaking `engine`, without contacting it: reads
     /// and writes answer `Unavailable` until [`ClusterStore::bootstrap`] has succeeded.
     pub fn new(url: &str, engine: Engine, prefix: &str, dimension: usize) -> Result<Self> {
+        ClusterStore::with_access(url, &Access::default(), engine, prefix, dimension)
+    }
+
+    /// [`ClusterStore::new`] with credentials and TLS settings.
+    pub fn with_access(
+        url: &str,
+        access: &Access,
+        engine: Engine,
+        prefix: &str,
+        dimension: usize,
+    ) -> Result<Self> {
         Ok(ClusterStore {
-            cluster: Cluster::new(url, Duration::from_secs(30))?,
+            cluster: Cluster::with_access(url, access, Duration::from_secs(30))?,
             engine,
             version: Arc::new(RwLock::new(String::new())),
             prefix: prefix.to_owned(),
@@ -182,9 +193,14 @@ impl ClusterStore {
     /// Connects and detects the engine and version (the local node's info). Indices are not touched:
     /// `bootstrap` installs them.
     pub async fn connect(url: &str, prefix: &str, dimension: usize) -> Result<Self> {
-        let probe = Cluster::new(url, Duration::from_secs(30))?;
+        ClusterStore::connect_with(url, &Access::default(), prefix, dimension).await
+    }
+
+    /// [`ClusterStore::connect`] with credentials and TLS settings.
+    pub async fn connect_with(url: &str, access: &Access, prefix: &str, dimension: usize) -> Result<Self> {
+        let probe = Cluster::with_access(url, access, Duration::from_secs(30))?;
         let (engine, version) = probe.detect().await?;
-        let store = ClusterStore::new(url, engine, prefix, dimension)?;
+        let store = ClusterStore::with_access(url, access, engine, prefix, dimension)?;
         if let Ok(mut slot) = store.version.write() {
             *slot = version;
         }
@@ -236,7 +252,7 @@ impl ClusterStore {
         let (engine, version) = match self.cluster.detect().await {
             Ok(found) => found,
             Err(error) => {
-                self.set_status(Status::Pending(error.to_string()));
+                self.set_status(Status::Pending(reason_of(&error)));
                 return Err(error);
             }
         };
@@ -262,7 +278,7 @@ impl ClusterStore {
                 Err(error)
             }
             Err(error) => {
-                self.set_status(Status::Pending(error.to_string()));
+                self.set_status(Status::Pending(reason_of(&error)));
                 Err(error)
             }
         }
@@ -579,6 +595,15 @@ enum StateEdit<T> {
 }
 
 /// The state document of a scope that has none yet.
+/// The message of an error, without the "storage unavailable" prefix `Unavailable`
+/// adds again when the reason is reported.
+fn reason_of(error: &Error) -> String {
+    match error {
+        Error::Unavailable(reason) => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
 fn fresh_state(scope: &Scope) -> Value {
     json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope),
             "watermark": 0, "allocated": 0 })
