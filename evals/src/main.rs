@@ -206,7 +206,7 @@ async fn open_store(
     name: &str,
 ) -> anyhow::Result<(Arc<dyn MemoryStore>, Option<ClusterStore>, tempfile::TempDir)> {
     let directory = tempfile::tempdir()?;
-    Ok(match &options.opensearch {
+    Ok(match &options.cluster {
         Some(url) => {
             let prefix = format!("cairn-eval-{}-{name}", std::process::id());
             let cluster = ClusterStore::connect(url, &prefix, 384).await?;
@@ -258,12 +258,13 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or_else(|| "../shared/data/locomo/locomo_dev5.json".into()),
     );
     let models = PathBuf::from(arguments.next().unwrap_or_else(|| ".models".into()));
-    // `--opensearch URL`: run on a search cluster (fresh indices, deleted afterwards)
-    // instead of the embedded store; `--no-rerank` skips the slow reranker row.
+    // `--cluster URL` (or `--opensearch URL`): run on a search cluster, OpenSearch or
+    // Elasticsearch (fresh indices, deleted afterwards) instead of the embedded store;
+    // `--no-rerank` skips the slow reranker row.
     let mut options = Options::default();
     while let Some(argument) = arguments.next() {
         match argument.as_str() {
-            "--opensearch" => options.opensearch = arguments.next(),
+            "--cluster" | "--opensearch" => options.cluster = arguments.next(),
             "--no-rerank" => options.rerank = false,
             other => bail!("unknown argument {other}"),
         }
@@ -272,14 +273,14 @@ fn main() -> anyhow::Result<()> {
 }
 
 struct Options {
-    opensearch: Option<String>,
+    cluster: Option<String>,
     rerank: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
-            opensearch: None,
+            cluster: None,
             rerank: true,
         }
     }

@@ -25,15 +25,12 @@
 //! can no longer reach its commit point, and puts back its own updates.
 
 use crate::client::failure;
-use crate::{
-    ClusterStore, PAGE, Update, Versioned, docs, fresh_state, hits, query, require_status, state_id,
-    version_of,
-};
-use cairn_core::text::fingerprint;
-use cairn_core::{Change, ChangeSet, Error, FactStatus, MemoryStore, Result, Scope, TenantId, UserId};
+use crate::{ClusterStore, Hit, PAGE, Update, docs, query, records};
+use cairn_core::{Change, ChangeSet, Error, Result, Scope, TenantId, UserId};
 use chrono::Utc;
+use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 const PREPARED: &str = "prepared";
@@ -125,10 +122,9 @@ impl ClusterStore {
             "_source": ["tenant", "id"],
         });
         let mut resolved = 0;
-        for hit in hits(&self.search("commits", None, body).await?) {
-            let tenant = docs::text(&hit["_source"], "tenant");
-            let id = docs::text(&hit["_source"], "id");
-            if self.resolve_journal(&tenant, &id).await? {
+        for hit in records::hits(&self.search("commits", None, body).await?)? {
+            let journal: JournalHead = hit.read()?;
+            if self.resolve_journal(&journal.tenant, &journal.id).await? {
                 resolved += 1;
             }
         }
@@ -186,7 +182,7 @@ impl ClusterStore {
         if !opened.ok() {
             return Err(failure("commits", &opened));
         }
-        let version = version_of(&opened.body);
+        let version = records::written_version(&opened.body)?;
         if !inserts_only {
             if let conflict @ Applied::Conflict { .. } = self.apply_updates(tenant, &plan.updates).await? {
                 self.delete_doc("commits", &id, tenant, None, false).await?;
@@ -219,8 +215,8 @@ impl ClusterStore {
         let lines = plan["lines"].as_array().cloned().unwrap_or_default();
         self.bulk(lines, &[409]).await?;
         for context in plan["contexts"].as_array().into_iter().flatten() {
-            let (id, next) = (docs::text(context, "id"), docs::text(context, "next"));
-            self.append_context(tenant, &id, &next).await?;
+            let context: ContextStep = records::parse("commit journal context", context)?;
+            self.append_context(tenant, &context.id, &context.next).await?;
         }
         for step in plan["deferred"].as_array().into_iter().flatten() {
             if let Some(fact_id) = step["erase_fact"].as_str() {
@@ -239,7 +235,7 @@ impl ClusterStore {
     /// wrote; a document changed since is left as it is.
     async fn roll_back(&self, tenant: &str, updates: &Value) -> Result<()> {
         for update in updates.as_array().into_iter().flatten().rev() {
-            let (kind, id) = (docs::text(update, "index"), docs::text(update, "id"));
+            let UpdateStep { index: kind, id } = records::parse("commit journal update", update)?;
             let Some(current) = self.get(&kind, &id, tenant).await? else {
                 continue;
             };
@@ -274,12 +270,12 @@ impl ClusterStore {
         let mut body = query::scoped(scope, linked, Some(json!([{ "id": "asc" }])), PAGE);
         body["seq_no_primary_term"] = json!(true);
         for hit in self.scoped_all(scope, "facts", body).await? {
-            let mut source = hit["_source"].clone();
+            let version = hit.version()?;
+            let mut source = hit.source;
             if let Value::Object(map) = &mut source {
                 map.remove("superseded_by");
             }
-            let id = docs::text(&source, "id");
-            self.write_if("facts", &id, tenant, source, Some(version_of(&hit)))
+            self.write_if("facts", &hit.id, tenant, source, Some(version))
                 .await?;
         }
         let touching = json!({ "bool": { "should": [
@@ -320,9 +316,9 @@ impl ClusterStore {
                             }
                             None => {
                                 if let Some(stored) = self.last_episode(scope, session).await? {
-                                    neighbours[index].push(docs::text(&stored["_source"], "text"));
-                                    contexts
-                                        .push((docs::text(&stored["_source"], "id"), episode.text.clone()));
+                                    let stored: IdText = stored.read()?;
+                                    neighbours[index].push(stored.text);
+                                    contexts.push((stored.id, episode.text.clone()));
                                 }
                             }
                         }
@@ -384,216 +380,6 @@ impl ClusterStore {
         })
     }
 
-    /// Reads and checks every precondition of the change set; returns the conditional
-    /// updates to make.
-    async fn check(&self, scope: &Scope, changes: &[Change]) -> Result<Vec<Update>> {
-        let mut updates = Vec::new();
-        let mut lifted = Vec::new();
-        for change in changes {
-            match change {
-                Change::SupersedeFact {
-                    fact_id,
-                    superseded_by,
-                    at,
-                } => {
-                    let doc = self.fact_doc(scope, fact_id).await?;
-                    let fact = docs::read_fact(&doc.source)?;
-                    if fact.status == FactStatus::Superseded
-                        && fact.superseded_by.as_deref() == Some(superseded_by)
-                    {
-                        continue; // replayed
-                    }
-                    require_status(&fact, &[FactStatus::Active])?;
-                    let mut after = doc.source.clone();
-                    after["status"] = json!("superseded");
-                    after["superseded_at"] = json!(docs::micros(*at));
-                    after["superseded_by"] = json!(superseded_by);
-                    updates.push(Update::new("facts", fact_id.clone(), Some(doc), after));
-                }
-                Change::RetractFact { fact_id, reason, at } => {
-                    let doc = self.fact_doc(scope, fact_id).await?;
-                    let fact = docs::read_fact(&doc.source)?;
-                    require_status(&fact, &[FactStatus::Active, FactStatus::Superseded])?;
-                    let mut after = doc.source.clone();
-                    after["status"] = json!("retracted");
-                    after["retracted_at"] = json!(docs::micros(*at));
-                    if let Some(reason) = reason {
-                        after["retraction_reason"] = json!(reason);
-                    }
-                    updates.push(Update::new("facts", fact_id.clone(), Some(doc), after));
-                }
-                Change::EraseFact { fact_id } => {
-                    self.fact_doc(scope, fact_id).await?;
-                }
-                Change::LiftTombstone { tombstone_id, at } => {
-                    let doc = self
-                        .owned(scope, "tombstones", tombstone_id)
-                        .await?
-                        .ok_or(Error::NotFound { what: "tombstone" })?;
-                    if !doc.source["lifted_at"].is_null() {
-                        return Err(Error::Conflict {
-                            code: "not_active",
-                            message: format!("tombstone {tombstone_id} is already lifted"),
-                        });
-                    }
-                    let mut after = doc.source.clone();
-                    after["lifted_at"] = json!(docs::micros(*at));
-                    lifted.push(doc.source["fingerprint"].as_str().unwrap_or_default().to_owned());
-                    updates.push(Update::new("tombstones", tombstone_id.clone(), Some(doc), after));
-                }
-                Change::InsertFact(fact) => {
-                    let value = fingerprint(&fact.text);
-                    if !lifted.contains(&value)
-                        && let Some(tombstone) = self.find_tombstone(scope, &value).await?
-                    {
-                        return Err(Error::Tombstoned {
-                            tombstone_id: tombstone.id,
-                        });
-                    }
-                }
-                Change::AppendPlaybookVersion {
-                    expected_version,
-                    playbook,
-                } => {
-                    let doc = self
-                        .owned(scope, "playbooks", &playbook.id)
-                        .await?
-                        .ok_or(Error::NotFound { what: "playbook" })?;
-                    let current = doc.source["version"].as_u64().unwrap_or(0);
-                    if current != u64::from(*expected_version) {
-                        return Err(Error::Conflict {
-                            code: "version_conflict",
-                            message: format!(
-                                "playbook {} is at version {current}, not {expected_version}",
-                                playbook.id
-                            ),
-                        });
-                    }
-                    let mut after = docs::playbook(scope, playbook);
-                    after["success_count"] = doc.source["success_count"].clone();
-                    after["failure_count"] = doc.source["failure_count"].clone();
-                    after["use_count"] = doc.source["use_count"].clone();
-                    after["created_at"] = doc.source["created_at"].clone();
-                    if !doc.source["last_used_at"].is_null() {
-                        after["last_used_at"] = doc.source["last_used_at"].clone();
-                    }
-                    updates.push(Update::new("playbooks", playbook.id.clone(), Some(doc), after));
-                }
-                Change::RecordPlaybookOutcome {
-                    playbook_id,
-                    success,
-                    at,
-                } => {
-                    // A counter is a compare-and-set like any update (no script, so a
-                    // node without scripting serves it); a racing outcome retries.
-                    let doc = self
-                        .owned(scope, "playbooks", playbook_id)
-                        .await?
-                        .ok_or(Error::NotFound { what: "playbook" })?;
-                    let field = if *success {
-                        "success_count"
-                    } else {
-                        "failure_count"
-                    };
-                    let mut after = doc.source.clone();
-                    after[field] = json!(doc.source[field].as_u64().unwrap_or(0) + 1);
-                    after["last_used_at"] = json!(docs::micros(*at));
-                    updates.push(Update {
-                        index: "playbooks",
-                        id: playbook_id.clone(),
-                        before: Some(doc),
-                        after,
-                        commutative: true,
-                    });
-                }
-                Change::MoveWatermark { expected, to } => {
-                    let doc = self.state(scope).await?;
-                    let current = doc
-                        .as_ref()
-                        .and_then(|doc| doc.source["watermark"].as_u64())
-                        .unwrap_or(0);
-                    if current != *expected {
-                        return Err(Error::Conflict {
-                            code: "watermark_moved",
-                            message: format!(
-                                "another consolidation run moved the watermark from {expected} to {current}"
-                            ),
-                        });
-                    }
-                    let mut after = doc
-                        .as_ref()
-                        .map_or_else(|| fresh_state(scope), |doc| doc.source.clone());
-                    after["watermark"] = json!(to);
-                    updates.push(Update::new("state", state_id(scope), doc, after));
-                }
-                Change::RequireEpisodes(episode_ids) => {
-                    self.require_episodes(scope, episode_ids).await?;
-                }
-                Change::RequireNoActiveValue { fingerprint } => {
-                    if !self
-                        .find_active_facts_by_fingerprint(scope, fingerprint)
-                        .await?
-                        .is_empty()
-                    {
-                        return Err(Error::duplicate());
-                    }
-                }
-                Change::RetryJob { job_id, at } => {
-                    let doc = self
-                        .owned(scope, "jobs", job_id)
-                        .await?
-                        .ok_or(Error::NotFound { what: "job" })?;
-                    let mut after = doc.source.clone();
-                    after["attempts"] = json!(0);
-                    after["run_after"] = json!(docs::micros(*at));
-                    if let Value::Object(map) = &mut after {
-                        for field in ["dead_at", "last_error", "leased_until"] {
-                            map.remove(field);
-                        }
-                    }
-                    updates.push(Update::new("jobs", job_id.clone(), Some(doc), after));
-                }
-                Change::InsertEpisodes(_)
-                | Change::InsertEdge(_)
-                | Change::InsertTombstone(_)
-                | Change::InsertPlaybook(_)
-                | Change::EnqueueJob(_)
-                | Change::CompleteJobs(_) => {}
-            }
-        }
-        Ok(updates)
-    }
-
-    /// Fails with `evidence_erased` unless every listed episode is stored in the scope.
-    async fn require_episodes(&self, scope: &Scope, episode_ids: &[String]) -> Result<()> {
-        if episode_ids.is_empty() {
-            return Ok(());
-        }
-        let mut body = query::scoped(
-            scope,
-            vec![json!({ "terms": { "id": episode_ids } })],
-            None,
-            episode_ids.len(),
-        );
-        body["_source"] = json!(["id"]);
-        let found: HashSet<String> = self
-            .scoped_search(scope, "episodes", body)
-            .await?
-            .iter()
-            .map(|hit| docs::text(&hit["_source"], "id"))
-            .collect();
-        match episode_ids.iter().find(|id| !found.contains(id.as_str())) {
-            Some(missing) => Err(Error::evidence_erased(missing)),
-            None => Ok(()),
-        }
-    }
-
-    async fn fact_doc(&self, scope: &Scope, fact_id: &str) -> Result<Versioned> {
-        self.owned(scope, "facts", fact_id)
-            .await?
-            .ok_or(Error::NotFound { what: "fact" })
-    }
-
     /// Makes the conditional updates; on a conflict, puts back the ones already made.
     async fn apply_updates(&self, tenant: &str, updates: &[Update]) -> Result<Applied> {
         let mut done: Vec<(&Update, (i64, i64))> = Vec::new();
@@ -643,13 +429,13 @@ impl ClusterStore {
                     commutative: update.commutative || recounted,
                 });
             }
-            done.push((update, version_of(&answer.body)));
+            done.push((update, records::written_version(&answer.body)?));
         }
         Ok(Applied::Done)
     }
 
     /// The latest stored episode of a session (a search hit, with its version).
-    async fn last_episode(&self, scope: &Scope, session_id: &str) -> Result<Option<Value>> {
+    async fn last_episode(&self, scope: &Scope, session_id: &str) -> Result<Option<Hit>> {
         let body = query::last_of_session(scope, session_id);
         Ok(self
             .scoped_search(scope, "episodes", body)
@@ -699,9 +485,44 @@ fn without_usage(source: &Value) -> Value {
 
 /// The scope a journal was written in.
 fn journal_scope(journal: &Value) -> Result<Scope> {
-    let tenant = TenantId::parse(journal["tenant"].as_str().unwrap_or_default())?;
-    let user = UserId::parse(journal["user"].as_str().unwrap_or_default())?;
+    #[derive(Deserialize)]
+    struct JournalOwner {
+        tenant: String,
+        user: String,
+        subject: String,
+    }
+    let owner: JournalOwner = records::parse("commit journal", journal)?;
+    let tenant = TenantId::parse(&owner.tenant)?;
+    let user = UserId::parse(&owner.user)?;
     #[allow(clippy::disallowed_methods)]
-    let scope = Scope::of_stored_record(tenant, user, docs::text(journal, "subject"));
+    let scope = Scope::of_stored_record(tenant, user, owner.subject);
     Ok(scope)
+}
+
+/// A journal found by recovery.
+#[derive(Deserialize)]
+struct JournalHead {
+    tenant: String,
+    id: String,
+}
+
+/// A stored episode that gets a newer one's text as context.
+#[derive(Deserialize)]
+struct ContextStep {
+    id: String,
+    next: String,
+}
+
+/// A journaled conditional update (its `before` and `after` are whole documents).
+#[derive(Deserialize)]
+struct UpdateStep {
+    index: String,
+    id: String,
+}
+
+/// The id and text of a stored episode.
+#[derive(Deserialize)]
+struct IdText {
+    id: String,
+    text: String,
 }

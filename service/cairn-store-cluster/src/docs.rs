@@ -1,13 +1,10 @@
-//! Documents: domain records to and from the JSON kept in each index. Times are
-//! microseconds since the epoch (the embedded store's clock); `timestamp` is a date for
-//! dashboards.
+//! Documents: domain records to the JSON kept in each index (`records` reads them
+//! back). Times are microseconds since the epoch (the embedded store's clock);
+//! `timestamp` is a date for dashboards.
 
 use cairn_core::bm25::index_terms;
 use cairn_core::text::fingerprint;
-use cairn_core::{
-    AuditEvent, ConsolidationJob, Decision, DecisionKind, Edge, Episode, Error, Fact, FactStatus, FactType,
-    Playbook, Result, Scope, Tombstone, TombstoneReason,
-};
+use cairn_core::{AuditEvent, ConsolidationJob, Decision, Edge, Episode, Fact, Playbook, Scope, Tombstone};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
@@ -19,57 +16,8 @@ fn optional(at: Option<DateTime<Utc>>) -> Value {
     at.map_or(Value::Null, |at| json!(micros(at)))
 }
 
-fn time(source: &Value, field: &str) -> Result<DateTime<Utc>> {
-    optional_time(source, field)?.ok_or_else(|| Error::Storage(format!("document without {field}")))
-}
-
-fn optional_time(source: &Value, field: &str) -> Result<Option<DateTime<Utc>>> {
-    match &source[field] {
-        Value::Null => Ok(None),
-        value => value
-            .as_i64()
-            .and_then(DateTime::from_timestamp_micros)
-            .map(Some)
-            .ok_or_else(|| Error::Storage(format!("{field} is not a time"))),
-    }
-}
-
-pub fn text(source: &Value, field: &str) -> String {
-    source[field].as_str().unwrap_or_default().to_owned()
-}
-
-fn optional_text(source: &Value, field: &str) -> Option<String> {
-    source[field].as_str().map(str::to_owned)
-}
-
-fn strings(source: &Value, field: &str) -> Vec<String> {
-    source[field]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|item| item.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn count(source: &Value, field: &str) -> u64 {
-    source[field].as_u64().unwrap_or(0)
-}
-
 fn vector(embedding: Option<&Vec<f32>>) -> Value {
     embedding.map_or(Value::Null, |values| json!(values))
-}
-
-fn read_vector(source: &Value) -> Option<Vec<f32>> {
-    source["embedding"].as_array().map(|values| {
-        values
-            .iter()
-            .filter_map(Value::as_f64)
-            .map(|value| value as f32)
-            .collect()
-    })
 }
 
 fn timestamp(at: DateTime<Utc>) -> String {
@@ -114,20 +62,6 @@ pub fn episode(scope: &Scope, episode: &Episode, position: u64, context: Option<
     )
 }
 
-pub fn read_episode(source: &Value) -> Result<(u64, Episode)> {
-    Ok((
-        count(source, "position"),
-        Episode {
-            id: text(source, "id"),
-            session_id: optional_text(source, "session_id"),
-            text: text(source, "text"),
-            occurred_at: time(source, "occurred_at")?,
-            ingested_at: time(source, "ingested_at")?,
-            embedding: read_vector(source),
-        },
-    ))
-}
-
 pub fn fact(scope: &Scope, fact: &Fact) -> Value {
     owned(
         scope,
@@ -157,31 +91,6 @@ pub fn fact(scope: &Scope, fact: &Fact) -> Value {
     )
 }
 
-pub fn read_fact(source: &Value) -> Result<Fact> {
-    Ok(Fact {
-        id: text(source, "id"),
-        fact_type: FactType::parse(&text(source, "fact_type"))
-            .map_err(|_| Error::Storage("bad fact_type".into()))?,
-        text: text(source, "text"),
-        confidence: source["confidence"].as_f64().unwrap_or(1.0) as f32,
-        status: FactStatus::parse(&text(source, "status"))
-            .map_err(|_| Error::Storage("bad status".into()))?,
-        source_episode_ids: strings(source, "source_episode_ids"),
-        source_span: optional_text(source, "source_span"),
-        created_at: time(source, "created_at")?,
-        superseded_at: optional_time(source, "superseded_at")?,
-        superseded_by: optional_text(source, "superseded_by"),
-        retracted_at: optional_time(source, "retracted_at")?,
-        retraction_reason: optional_text(source, "retraction_reason"),
-        valid_from: optional_time(source, "valid_from")?,
-        valid_to: optional_time(source, "valid_to")?,
-        expires_at: optional_time(source, "expires_at")?,
-        last_used_at: optional_time(source, "last_used_at")?,
-        use_count: count(source, "use_count"),
-        embedding: read_vector(source),
-    })
-}
-
 pub fn playbook(scope: &Scope, playbook: &Playbook) -> Value {
     owned(
         scope,
@@ -205,23 +114,6 @@ pub fn playbook(scope: &Scope, playbook: &Playbook) -> Value {
     )
 }
 
-pub fn read_playbook(source: &Value) -> Result<Playbook> {
-    Ok(Playbook {
-        id: text(source, "id"),
-        name: text(source, "name"),
-        trigger: text(source, "trigger"),
-        steps: strings(source, "steps"),
-        version: u32::try_from(count(source, "version")).unwrap_or(1),
-        success_count: count(source, "success_count"),
-        failure_count: count(source, "failure_count"),
-        created_at: time(source, "created_at")?,
-        updated_at: time(source, "updated_at")?,
-        last_used_at: optional_time(source, "last_used_at")?,
-        use_count: count(source, "use_count"),
-        embedding: read_vector(source),
-    })
-}
-
 pub fn playbook_version(scope: &Scope, playbook: &Playbook) -> Value {
     owned(
         scope,
@@ -235,24 +127,6 @@ pub fn playbook_version(scope: &Scope, playbook: &Playbook) -> Value {
             "created_at": micros(playbook.updated_at),
         }),
     )
-}
-
-pub fn read_playbook_version(source: &Value) -> Result<Playbook> {
-    let at = time(source, "created_at")?;
-    Ok(Playbook {
-        id: text(source, "playbook_id"),
-        name: text(source, "name"),
-        trigger: text(source, "trigger"),
-        steps: strings(source, "steps"),
-        version: u32::try_from(count(source, "version")).unwrap_or(1),
-        success_count: 0,
-        failure_count: 0,
-        created_at: at,
-        updated_at: at,
-        last_used_at: None,
-        use_count: 0,
-        embedding: None,
-    })
 }
 
 pub fn edge_id(edge: &Edge) -> String {
@@ -286,21 +160,6 @@ pub fn tombstone(scope: &Scope, tombstone: &Tombstone) -> Value {
     )
 }
 
-pub fn read_tombstone(source: &Value) -> Result<Tombstone> {
-    Ok(Tombstone {
-        id: text(source, "id"),
-        fingerprint: text(source, "fingerprint"),
-        fact_id: text(source, "fact_id"),
-        reason: if source["reason"] == "forgotten" {
-            TombstoneReason::Forgotten
-        } else {
-            TombstoneReason::Retracted
-        },
-        created_at: time(source, "created_at")?,
-        lifted_at: optional_time(source, "lifted_at")?,
-    })
-}
-
 pub fn decision(scope: &Scope, decision: &Decision) -> Value {
     owned(
         scope,
@@ -315,19 +174,6 @@ pub fn decision(scope: &Scope, decision: &Decision) -> Value {
             "timestamp": timestamp(decision.created_at),
         }),
     )
-}
-
-pub fn read_decision(source: &Value) -> Result<Decision> {
-    Ok(Decision {
-        id: text(source, "id"),
-        kind: DecisionKind::parse(&text(source, "kind"))
-            .ok_or_else(|| Error::Storage("bad decision kind".into()))?,
-        reason: text(source, "reason"),
-        fact_id: optional_text(source, "fact_id"),
-        target_ids: strings(source, "target_ids"),
-        origin: text(source, "origin"),
-        created_at: time(source, "created_at")?,
-    })
 }
 
 pub fn audit(scope: &Scope, event: &AuditEvent) -> Value {
@@ -346,20 +192,6 @@ pub fn audit(scope: &Scope, event: &AuditEvent) -> Value {
     )
 }
 
-pub fn read_audit(source: &Value) -> Result<AuditEvent> {
-    Ok(AuditEvent {
-        id: text(source, "id"),
-        at: time(source, "at")?,
-        subject: text(source, "subject"),
-        tenant: text(source, "tenant"),
-        user: text(source, "user"),
-        action: text(source, "action"),
-        target_ids: strings(source, "target_ids"),
-        request_id: text(source, "request_id"),
-        detail: source["detail"].clone(),
-    })
-}
-
 pub fn job(scope: &Scope, job: &ConsolidationJob) -> Value {
     owned(
         scope,
@@ -375,20 +207,6 @@ pub fn job(scope: &Scope, job: &ConsolidationJob) -> Value {
             "dead_at": optional(job.dead_at),
         }),
     )
-}
-
-pub fn read_job(source: &Value) -> Result<ConsolidationJob> {
-    Ok(ConsolidationJob {
-        id: text(source, "id"),
-        subject: text(source, "subject"),
-        request_id: text(source, "request_id"),
-        assistant_context: strings(source, "assistant_context"),
-        created_at: time(source, "created_at")?,
-        run_after: time(source, "run_after")?,
-        attempts: u32::try_from(count(source, "attempts")).unwrap_or(0),
-        last_error: optional_text(source, "last_error"),
-        dead_at: optional_time(source, "dead_at")?,
-    })
 }
 
 /// A date aggregation's value (milliseconds since the epoch), if there is one.

@@ -7,11 +7,13 @@
 //! write of a record refreshes its index (`refresh=true`): a write is visible to the
 //! next recall.
 
+mod check;
 mod client;
 mod commit;
 mod docs;
 pub mod mappings;
 pub mod query;
+mod records;
 
 pub use client::{Access, Credentials, Engine};
 
@@ -24,6 +26,7 @@ use cairn_core::{
 use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, failure};
 use elasticsearch::http::Method;
+use records::Hit;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
@@ -125,15 +128,6 @@ impl Update {
 /// Documents read per request by whole-set reads (`scoped_all`).
 const PAGE: usize = 500;
 
-/// The version (`_seq_no`, `_primary_term`) of a document in a get, write or search
-/// answer, for a compare-and-set.
-fn version_of(body: &Value) -> (i64, i64) {
-    (
-        body["_seq_no"].as_i64().unwrap_or(0),
-        body["_primary_term"].as_i64().unwrap_or(1),
-    )
-}
-
 /// The result of each item of a bulk answer (`{"_id", "status", "error"?, ...}`).
 fn bulk_results(answer: &Value) -> impl Iterator<Item = &Value> {
     answer["items"]
@@ -143,12 +137,8 @@ fn bulk_results(answer: &Value) -> impl Iterator<Item = &Value> {
         .filter_map(|item| item.as_object()?.values().next())
 }
 
-fn hits(body: &Value) -> Vec<Value> {
-    body["hits"]["hits"].as_array().cloned().unwrap_or_default()
-}
-
-fn cursor_of(hit: &Value) -> Option<String> {
-    let sort = hit["sort"].as_array()?;
+fn cursor_of(hit: &Hit) -> Option<String> {
+    let sort = hit.sort.as_ref()?.as_array()?;
     Some(format!("{}:{}", sort.first()?.as_i64()?, sort.get(1)?.as_str()?))
 }
 
@@ -312,12 +302,13 @@ impl ClusterStore {
         if !answer.ok() {
             return Err(failure(&path, &answer));
         }
-        if answer.body["found"] != true {
+        let hit: Hit = records::parse(&path, &answer.body)?;
+        if hit.found != Some(true) {
             return Ok(None);
         }
-        let (seq_no, primary_term) = version_of(&answer.body);
+        let (seq_no, primary_term) = hit.version()?;
         Ok(Some(Versioned {
-            source: answer.body["_source"].clone(),
+            source: hit.source,
             seq_no,
             primary_term,
         }))
@@ -435,14 +426,14 @@ impl ClusterStore {
 
     /// Every document of the scope matching `body`'s query, in its sort order (which must
     /// end in a unique field), read a page of `body`'s size at a time: never cut short.
-    async fn scoped_all(&self, scope: &Scope, kind: &str, mut body: Value) -> Result<Vec<Value>> {
+    async fn scoped_all(&self, scope: &Scope, kind: &str, mut body: Value) -> Result<Vec<Hit>> {
         let size = body["size"].as_u64().unwrap_or(0) as usize;
         let mut all = Vec::new();
         loop {
             let found = self.scoped_search(scope, kind, body.clone()).await?;
             let next = found
                 .last()
-                .map(|hit| hit["sort"].clone())
+                .and_then(|hit| hit.sort.clone())
                 .filter(|sort| sort.is_array() && found.len() == size && size > 0);
             all.extend(found);
             match next {
@@ -452,10 +443,8 @@ impl ClusterStore {
         }
     }
 
-    async fn scoped_search(&self, scope: &Scope, kind: &str, body: Value) -> Result<Vec<Value>> {
-        Ok(hits(
-            &self.search(kind, Some(scope.tenant().as_str()), body).await?,
-        ))
+    async fn scoped_search(&self, scope: &Scope, kind: &str, body: Value) -> Result<Vec<Hit>> {
+        records::hits(&self.search(kind, Some(scope.tenant().as_str()), body).await?)
     }
 
     /// Sends bulk lines (action, source pairs) with `refresh=true`; an item error fails
@@ -519,7 +508,7 @@ impl ClusterStore {
                 next_cursor = found.get(index - 1).and_then(cursor_of);
                 break;
             }
-            items.push(read(&hit["_source"])?);
+            items.push(read(&hit.source)?);
         }
         Ok(Page { items, next_cursor })
     }
@@ -580,7 +569,7 @@ impl ClusterStore {
             let index = self.index(kind);
             let lines: Vec<Value> = found
                 .iter()
-                .map(|hit| json!({ "delete": { "_index": index, "_id": hit["_id"], "routing": scope.tenant().as_str() } }))
+                .map(|hit| json!({ "delete": { "_index": index, "_id": hit.id, "routing": scope.tenant().as_str() } }))
                 .collect();
             self.bulk(lines, &[409]).await?;
             removed += found.len() as u64;
@@ -594,7 +583,6 @@ enum StateEdit<T> {
     Keep(T),
 }
 
-/// The state document of a scope that has none yet.
 /// The message of an error, without the "storage unavailable" prefix `Unavailable`
 /// adds again when the reason is reported.
 fn reason_of(error: &Error) -> String {
@@ -604,6 +592,7 @@ fn reason_of(error: &Error) -> String {
     }
 }
 
+/// The state document of a scope that has none yet.
 fn fresh_state(scope: &Scope) -> Value {
     json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope),
             "watermark": 0, "allocated": 0 })
@@ -632,9 +621,9 @@ fn require_status(fact: &Fact, allowed: &[FactStatus]) -> Result<()> {
 
 fn memory_of(tier: Tier, source: &Value) -> Result<Memory> {
     Ok(match tier {
-        Tier::Semantic => Memory::Fact(docs::read_fact(source)?),
-        Tier::Episodic => Memory::Episode(docs::read_episode(source)?.1),
-        Tier::Procedural => Memory::Playbook(docs::read_playbook(source)?),
+        Tier::Semantic => Memory::Fact(records::read_fact(source)?),
+        Tier::Episodic => Memory::Episode(records::read_episode(source)?.1),
+        Tier::Procedural => Memory::Playbook(records::read_playbook(source)?),
     })
 }
 
@@ -679,7 +668,7 @@ impl MemoryStore for ClusterStore {
         self.ready()?;
         self.owned(scope, "facts", fact_id)
             .await?
-            .map(|doc| docs::read_fact(&doc.source))
+            .map(|doc| records::read_fact(&doc.source))
             .transpose()
     }
 
@@ -696,7 +685,7 @@ impl MemoryStore for ClusterStore {
             StatusFilter::Only(status) => Some(status),
         };
         let extra = query::status_condition(status, docs::micros(as_of));
-        self.page(scope, "facts", extra, "created_at", page, docs::read_fact)
+        self.page(scope, "facts", extra, "created_at", page, records::read_fact)
             .await
     }
 
@@ -716,7 +705,7 @@ impl MemoryStore for ClusterStore {
             .scoped_search(scope, "facts", body)
             .await?
             .iter()
-            .map(|hit| docs::read_fact(&hit["_source"]))
+            .map(|hit| records::read_fact(&hit.source))
             .collect::<Result<Vec<_>>>()?;
         facts.reverse();
         Ok(facts)
@@ -737,7 +726,7 @@ impl MemoryStore for ClusterStore {
         self.scoped_search(scope, "tombstones", body)
             .await?
             .first()
-            .map(|hit| docs::read_tombstone(&hit["_source"]))
+            .map(|hit| records::read_tombstone(&hit.source))
             .transpose()
     }
 
@@ -745,14 +734,14 @@ impl MemoryStore for ClusterStore {
         self.ready()?;
         self.owned(scope, "episodes", episode_id)
             .await?
-            .map(|doc| docs::read_episode(&doc.source).map(|(_, episode)| episode))
+            .map(|doc| records::read_episode(&doc.source).map(|(_, episode)| episode))
             .transpose()
     }
 
     async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>> {
         self.ready()?;
         self.page(scope, "episodes", Vec::new(), "position", page, |source| {
-            docs::read_episode(source).map(|(_, episode)| episode)
+            records::read_episode(source).map(|(_, episode)| episode)
         })
         .await
     }
@@ -761,7 +750,7 @@ impl MemoryStore for ClusterStore {
         self.ready()?;
         self.owned(scope, "playbooks", playbook_id)
             .await?
-            .map(|doc| docs::read_playbook(&doc.source))
+            .map(|doc| records::read_playbook(&doc.source))
             .transpose()
     }
 
@@ -776,7 +765,7 @@ impl MemoryStore for ClusterStore {
         self.scoped_all(scope, "playbook-versions", body)
             .await?
             .iter()
-            .map(|hit| docs::read_playbook_version(&hit["_source"]))
+            .map(|hit| records::read_playbook_version(&hit.source))
             .collect()
     }
 
@@ -788,7 +777,7 @@ impl MemoryStore for ClusterStore {
             Vec::new(),
             "created_at",
             page,
-            docs::read_playbook,
+            records::read_playbook,
         )
         .await
     }
@@ -827,7 +816,7 @@ impl MemoryStore for ClusterStore {
         let fields: Vec<bm25::Fields<'_>> = found
             .iter()
             .map(|hit| {
-                let source = &hit["_source"];
+                let source = &hit.source;
                 let mut fields = vec![(source["text"].as_str().unwrap_or(""), 1.0)];
                 if let (Some(weight), Some(context)) = (context_weight, source["context"].as_str()) {
                     fields.push((context, weight));
@@ -841,7 +830,7 @@ impl MemoryStore for ClusterStore {
             .zip(scores)
             .map(|(hit, score)| {
                 Ok(TextHit {
-                    memory: memory_of(tier, &hit["_source"])?,
+                    memory: memory_of(tier, &hit.source)?,
                     score,
                 })
             })
@@ -861,9 +850,9 @@ impl MemoryStore for ClusterStore {
             .iter()
             .map(|hit| {
                 Ok(TextHit {
-                    memory: memory_of(tier, &hit["_source"])?,
+                    memory: memory_of(tier, &hit.source)?,
                     // Both engines score cosine as (1 + cos) / 2.
-                    score: 2.0 * hit["_score"].as_f64().unwrap_or(0.0) - 1.0,
+                    score: 2.0 * hit.score()? - 1.0,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -917,30 +906,24 @@ impl MemoryStore for ClusterStore {
                 .cluster
                 .expect(Method::Post, "/_mget", &[], Some(json!({ "docs": docs })))
                 .await?;
+            let found: Vec<Hit> = records::parse("multi-get answer docs", &found["docs"])?;
             let mut lines = Vec::new();
-            for doc in found["docs"].as_array().into_iter().flatten() {
-                let source = &doc["_source"];
-                if doc["found"] != true
-                    || source["tenant"] != tenant
-                    || source["user"] != scope.user().as_str()
-                {
+            for doc in found {
+                if doc.found != Some(true) || !docs::in_scope(scope, &doc.source) {
                     continue;
                 }
-                let id = docs::text(source, "id");
-                let Some(usage) = left.get(id.as_str()) else {
+                let Some(usage) = left.get(doc.id.as_str()) else {
                     continue;
                 };
-                let mut after = source.clone();
-                after["use_count"] = json!(source["use_count"].as_u64().unwrap_or(0) + usage.count);
+                let before: records::Usage = doc.read()?;
+                let (seq_no, primary_term) = doc.version()?;
+                let mut after = doc.source;
+                after["use_count"] = json!(before.use_count + usage.count);
                 let at = docs::micros(usage.last_used_at);
-                after["last_used_at"] = json!(
-                    source["last_used_at"]
-                        .as_i64()
-                        .map_or(at, |before| before.max(at))
-                );
+                after["last_used_at"] = json!(before.last_used_at.map_or(at, |before| before.max(at)));
                 lines.push(json!({ "index": {
-                    "_index": doc["_index"], "_id": id, "routing": tenant,
-                    "if_seq_no": doc["_seq_no"], "if_primary_term": doc["_primary_term"]
+                    "_index": doc.index, "_id": doc.id, "routing": tenant,
+                    "if_seq_no": seq_no, "if_primary_term": primary_term
                 } }));
                 lines.push(after);
             }
@@ -1030,14 +1013,14 @@ impl MemoryStore for ClusterStore {
             Vec::new(),
             "created_at",
             page,
-            docs::read_decision,
+            records::read_decision,
         )
         .await
     }
 
     async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>> {
         self.ready()?;
-        self.page(scope, "audit", Vec::new(), "at", page, docs::read_audit)
+        self.page(scope, "audit", Vec::new(), "at", page, records::read_audit)
             .await
     }
 
@@ -1053,7 +1036,7 @@ impl MemoryStore for ClusterStore {
         self.scoped_all(scope, "tombstones", body)
             .await?
             .iter()
-            .map(|hit| docs::read_tombstone(&hit["_source"]))
+            .map(|hit| records::read_tombstone(&hit.source))
             .collect()
     }
 
@@ -1102,7 +1085,7 @@ impl MemoryStore for ClusterStore {
         let mut expected = position + 1;
         let mut episodes = Vec::new();
         for hit in &found {
-            let (at, episode) = docs::read_episode(&hit["_source"])?;
+            let (at, episode) = records::read_episode(&hit.source)?;
             if at != expected && !settled {
                 break;
             }
@@ -1128,7 +1111,7 @@ impl MemoryStore for ClusterStore {
             .await?
             .iter()
             .map(|hit| {
-                docs::read_episode(&hit["_source"])
+                records::read_episode(&hit.source)
                     .map(|(position, episode)| LoggedEpisode { position, episode })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -1147,7 +1130,7 @@ impl MemoryStore for ClusterStore {
         self.scoped_all(scope, "jobs", body)
             .await?
             .iter()
-            .map(|hit| docs::read_job(&hit["_source"]))
+            .map(|hit| records::read_job(&hit.source))
             .collect()
     }
 
@@ -1158,35 +1141,35 @@ impl MemoryStore for ClusterStore {
         after_tenant: Option<&str>,
     ) -> Result<Option<(Scope, ConsolidationJob)>> {
         self.ready()?;
-        let mut due = hits(
+        let mut due = records::hits(
             &self
                 .search("jobs", None, query::due_jobs(docs::micros(now), after_tenant, 10))
                 .await?,
-        );
+        )?;
         if due.is_empty() && after_tenant.is_some() {
             // Past the last tenant in name order: wrap around.
-            due = hits(
+            due = records::hits(
                 &self
                     .search("jobs", None, query::due_jobs(docs::micros(now), None, 10))
                     .await?,
-            );
+            )?;
         }
         for hit in due {
-            let mut source = hit["_source"].clone();
-            let tenant = source["tenant"].as_str().unwrap_or_default().to_owned();
+            let owner: records::Owner = hit.read()?;
+            let job = records::read_job(&hit.source)?;
+            let version = hit.version()?;
+            let mut source = hit.source;
             source["leased_until"] = json!(docs::micros(lease_until));
-            let id = source["id"].as_str().unwrap_or_default().to_owned();
             let answer = self
-                .write_if("jobs", &id, &tenant, source.clone(), Some(version_of(&hit)))
+                .write_if("jobs", &job.id, &owner.tenant, source, Some(version))
                 .await?;
             if answer.status == 409 {
                 continue; // another worker took it
             }
-            let job = docs::read_job(&source)?;
             // The job was written under an authenticated scope; a document that no longer
             // parses as one is reported, never guessed at.
-            let tenant = TenantId::parse(&tenant)?;
-            let user = UserId::parse(source["user"].as_str().unwrap_or_default())?;
+            let tenant = TenantId::parse(&owner.tenant)?;
+            let user = UserId::parse(&owner.user)?;
             #[allow(clippy::disallowed_methods)]
             let scope = Scope::of_stored_record(tenant, user, job.subject.clone());
             return Ok(Some((scope, job)));

@@ -141,25 +141,19 @@ async fn backfill_terms(cluster: &Cluster, index: &str) -> Result<u64> {
         });
         let path = format!("/{index}/_search");
         let found = cluster.expect(Method::Post, &path, &[], Some(search)).await?;
-        let hits = found["hits"]["hits"].as_array().cloned().unwrap_or_default();
+        let hits = crate::records::hits(&found)?;
         if hits.is_empty() {
             return Ok(total);
         }
         let mut body = String::new();
         for hit in &hits {
-            let (Some(id), Some(routing)) = (hit["_id"].as_str(), hit["_routing"].as_str()) else {
-                return Err(Error::Storage(format!(
-                    "{index}: a document without _id or _routing"
-                )));
-            };
-            let source = &hit["_source"];
+            let source = &hit.source;
             let mut update = json!({ "terms": index_terms(source["text"].as_str().unwrap_or_default()) });
             if let Some(context) = source["context"].as_str() {
                 update["context_terms"] = json!(index_terms(context));
             }
-            body.push_str(
-                &json!({ "update": { "_index": index, "_id": id, "routing": routing } }).to_string(),
-            );
+            let action = json!({ "update": { "_index": index, "_id": hit.id, "routing": hit.routing()? } });
+            body.push_str(&action.to_string());
             body.push('\n');
             body.push_str(&json!({ "doc": update }).to_string());
             body.push('\n');

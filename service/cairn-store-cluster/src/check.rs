@@ -1,0 +1,222 @@
+//! The check step of a commit: every precondition of a change set (the scope owns
+//! each record, statuses and versions allow the change, the watermark and tombstones
+//! agree, the cited evidence is still stored) is read and checked before anything is
+//! written, and turned into the conditional updates the commit makes (see `commit`).
+
+use crate::{ClusterStore, Update, Versioned, docs, fresh_state, query, records, require_status, state_id};
+use cairn_core::text::fingerprint;
+use cairn_core::{Change, Error, FactStatus, MemoryStore, Result, Scope};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+
+impl ClusterStore {
+    /// Reads and checks every precondition of the change set; returns the conditional
+    /// updates to make.
+    pub(crate) async fn check(&self, scope: &Scope, changes: &[Change]) -> Result<Vec<Update>> {
+        let mut updates = Vec::new();
+        let mut lifted = Vec::new();
+        for change in changes {
+            match change {
+                Change::SupersedeFact {
+                    fact_id,
+                    superseded_by,
+                    at,
+                } => {
+                    let doc = self.fact_doc(scope, fact_id).await?;
+                    let fact = records::read_fact(&doc.source)?;
+                    if fact.status == FactStatus::Superseded
+                        && fact.superseded_by.as_deref() == Some(superseded_by)
+                    {
+                        continue; // replayed
+                    }
+                    require_status(&fact, &[FactStatus::Active])?;
+                    let mut after = doc.source.clone();
+                    after["status"] = json!("superseded");
+                    after["superseded_at"] = json!(docs::micros(*at));
+                    after["superseded_by"] = json!(superseded_by);
+                    updates.push(Update::new("facts", fact_id.clone(), Some(doc), after));
+                }
+                Change::RetractFact { fact_id, reason, at } => {
+                    let doc = self.fact_doc(scope, fact_id).await?;
+                    let fact = records::read_fact(&doc.source)?;
+                    require_status(&fact, &[FactStatus::Active, FactStatus::Superseded])?;
+                    let mut after = doc.source.clone();
+                    after["status"] = json!("retracted");
+                    after["retracted_at"] = json!(docs::micros(*at));
+                    if let Some(reason) = reason {
+                        after["retraction_reason"] = json!(reason);
+                    }
+                    updates.push(Update::new("facts", fact_id.clone(), Some(doc), after));
+                }
+                Change::EraseFact { fact_id } => {
+                    self.fact_doc(scope, fact_id).await?;
+                }
+                Change::LiftTombstone { tombstone_id, at } => {
+                    let doc = self
+                        .owned(scope, "tombstones", tombstone_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "tombstone" })?;
+                    if !doc.source["lifted_at"].is_null() {
+                        return Err(Error::Conflict {
+                            code: "not_active",
+                            message: format!("tombstone {tombstone_id} is already lifted"),
+                        });
+                    }
+                    let mut after = doc.source.clone();
+                    after["lifted_at"] = json!(docs::micros(*at));
+                    lifted.push(doc.source["fingerprint"].as_str().unwrap_or_default().to_owned());
+                    updates.push(Update::new("tombstones", tombstone_id.clone(), Some(doc), after));
+                }
+                Change::InsertFact(fact) => {
+                    let value = fingerprint(&fact.text);
+                    if !lifted.contains(&value)
+                        && let Some(tombstone) = self.find_tombstone(scope, &value).await?
+                    {
+                        return Err(Error::Tombstoned {
+                            tombstone_id: tombstone.id,
+                        });
+                    }
+                }
+                Change::AppendPlaybookVersion {
+                    expected_version,
+                    playbook,
+                } => {
+                    let doc = self
+                        .owned(scope, "playbooks", &playbook.id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "playbook" })?;
+                    let current = doc.source["version"].as_u64().unwrap_or(0);
+                    if current != u64::from(*expected_version) {
+                        return Err(Error::Conflict {
+                            code: "version_conflict",
+                            message: format!(
+                                "playbook {} is at version {current}, not {expected_version}",
+                                playbook.id
+                            ),
+                        });
+                    }
+                    let mut after = docs::playbook(scope, playbook);
+                    after["success_count"] = doc.source["success_count"].clone();
+                    after["failure_count"] = doc.source["failure_count"].clone();
+                    after["use_count"] = doc.source["use_count"].clone();
+                    after["created_at"] = doc.source["created_at"].clone();
+                    if !doc.source["last_used_at"].is_null() {
+                        after["last_used_at"] = doc.source["last_used_at"].clone();
+                    }
+                    updates.push(Update::new("playbooks", playbook.id.clone(), Some(doc), after));
+                }
+                Change::RecordPlaybookOutcome {
+                    playbook_id,
+                    success,
+                    at,
+                } => {
+                    // A counter is a compare-and-set like any update (no script, so a
+                    // node without scripting serves it); a racing outcome retries.
+                    let doc = self
+                        .owned(scope, "playbooks", playbook_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "playbook" })?;
+                    let field = if *success {
+                        "success_count"
+                    } else {
+                        "failure_count"
+                    };
+                    let mut after = doc.source.clone();
+                    after[field] = json!(doc.source[field].as_u64().unwrap_or(0) + 1);
+                    after["last_used_at"] = json!(docs::micros(*at));
+                    updates.push(Update {
+                        index: "playbooks",
+                        id: playbook_id.clone(),
+                        before: Some(doc),
+                        after,
+                        commutative: true,
+                    });
+                }
+                Change::MoveWatermark { expected, to } => {
+                    let doc = self.state(scope).await?;
+                    let current = doc
+                        .as_ref()
+                        .and_then(|doc| doc.source["watermark"].as_u64())
+                        .unwrap_or(0);
+                    if current != *expected {
+                        return Err(Error::Conflict {
+                            code: "watermark_moved",
+                            message: format!(
+                                "another consolidation run moved the watermark from {expected} to {current}"
+                            ),
+                        });
+                    }
+                    let mut after = doc
+                        .as_ref()
+                        .map_or_else(|| fresh_state(scope), |doc| doc.source.clone());
+                    after["watermark"] = json!(to);
+                    updates.push(Update::new("state", state_id(scope), doc, after));
+                }
+                Change::RequireEpisodes(episode_ids) => {
+                    self.require_episodes(scope, episode_ids).await?;
+                }
+                Change::RequireNoActiveValue { fingerprint } => {
+                    if !self
+                        .find_active_facts_by_fingerprint(scope, fingerprint)
+                        .await?
+                        .is_empty()
+                    {
+                        return Err(Error::duplicate());
+                    }
+                }
+                Change::RetryJob { job_id, at } => {
+                    let doc = self
+                        .owned(scope, "jobs", job_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "job" })?;
+                    let mut after = doc.source.clone();
+                    after["attempts"] = json!(0);
+                    after["run_after"] = json!(docs::micros(*at));
+                    if let Value::Object(map) = &mut after {
+                        for field in ["dead_at", "last_error", "leased_until"] {
+                            map.remove(field);
+                        }
+                    }
+                    updates.push(Update::new("jobs", job_id.clone(), Some(doc), after));
+                }
+                Change::InsertEpisodes(_)
+                | Change::InsertEdge(_)
+                | Change::InsertTombstone(_)
+                | Change::InsertPlaybook(_)
+                | Change::EnqueueJob(_)
+                | Change::CompleteJobs(_) => {}
+            }
+        }
+        Ok(updates)
+    }
+
+    /// Fails with `evidence_erased` unless every listed episode is stored in the scope.
+    async fn require_episodes(&self, scope: &Scope, episode_ids: &[String]) -> Result<()> {
+        if episode_ids.is_empty() {
+            return Ok(());
+        }
+        let mut body = query::scoped(
+            scope,
+            vec![json!({ "terms": { "id": episode_ids } })],
+            None,
+            episode_ids.len(),
+        );
+        body["_source"] = json!(["id"]);
+        let found: HashSet<String> = self
+            .scoped_search(scope, "episodes", body)
+            .await?
+            .iter()
+            .map(|hit| hit.read::<records::IdOnly>().map(|doc| doc.id))
+            .collect::<Result<_>>()?;
+        match episode_ids.iter().find(|id| !found.contains(id.as_str())) {
+            Some(missing) => Err(Error::evidence_erased(missing)),
+            None => Ok(()),
+        }
+    }
+
+    async fn fact_doc(&self, scope: &Scope, fact_id: &str) -> Result<Versioned> {
+        self.owned(scope, "facts", fact_id)
+            .await?
+            .ok_or(Error::NotFound { what: "fact" })
+    }
+}
