@@ -256,9 +256,9 @@ impl ClusterStore {
             return Err(Error::Unavailable(message));
         }
         if let Ok(mut slot) = self.version.write() {
-            *slot = version;
+            *slot = version.clone();
         }
-        match mappings::bootstrap(&self.cluster, self.engine, &self.prefix, self.dimension).await {
+        match mappings::bootstrap(&self.cluster, self.engine, &version, &self.prefix, self.dimension).await {
             Ok(report) => {
                 self.set_status(Status::Ready);
                 Ok(report)

@@ -126,6 +126,23 @@ pub fn template_with(
     Ok(template)
 }
 
+/// Elasticsearch 9.1 and later leave `dense_vector` values out of `_source` by default.
+/// Cairn reads vectors back and rewrites whole documents by compare-and-set, which
+/// would drop a vector missing from the source it read, so its indices keep them
+/// (`index.mapping.exclude_source_vectors: false`, a setting older versions refuse).
+pub fn keep_vectors_in_source(template: &mut Value, engine: Engine, version: &str) {
+    let mut parts = version.split('.').map(|part| part.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if engine == Engine::Elasticsearch
+        && (major, minor) >= (9, 1)
+        && let Some(settings) = template
+            .pointer_mut("/template/settings")
+            .and_then(Value::as_object_mut)
+    {
+        settings.insert("index.mapping.exclude_source_vectors".into(), json!(false));
+    }
+}
+
 /// The indices whose records recall searches by their stems.
 const STEMMED: [&str; 3] = ["episodes", "facts", "playbooks"];
 
@@ -210,6 +227,7 @@ fn compare(expected: &Value, actual: &Value) -> (serde_json::Map<String, Value>,
 pub async fn bootstrap(
     cluster: &Cluster,
     engine: Engine,
+    version: &str,
     prefix: &str,
     dimension: usize,
 ) -> Result<BootstrapReport> {
@@ -221,7 +239,8 @@ pub async fn bootstrap(
     let mut problems = Vec::new();
     for kind in INDICES {
         let name = format!("{prefix}-{kind}");
-        let template = template_with(engine, prefix, kind, dimension, analysis)?;
+        let mut template = template_with(engine, prefix, kind, dimension, analysis)?;
+        keep_vectors_in_source(&mut template, engine, version);
         cluster
             .expect(
                 Method::Put,

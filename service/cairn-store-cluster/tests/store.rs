@@ -1,6 +1,7 @@
-//! The cluster store against the shared conformance suite, on a real node: OpenSearch
-//! when `CAIRN_TEST_OPENSEARCH_URL` is set (`.ci/run` and `scripts/test` start one),
-//! Elasticsearch when `CAIRN_TEST_ELASTICSEARCH_URL` is. Each test gets its own index
+//! The cluster store against the shared conformance suite, on real nodes: OpenSearch
+//! when `CAIRN_TEST_OPENSEARCH_URL` is set, Elasticsearch 8 when
+//! `CAIRN_TEST_ELASTICSEARCH_URL` is, Elasticsearch 9 when
+//! `CAIRN_TEST_ELASTICSEARCH9_URL` is (`.ci/run` and `scripts/test` start all three). Each test gets its own index
 //! prefix, deleted when it ends. Plus snapshots of every query body for both engines.
 
 use cairn_store_cluster::ClusterStore;
@@ -38,10 +39,10 @@ impl Drop for Indices {
 #[allow(clippy::disallowed_methods)]
 fn url(variable: &str) -> Option<String> {
     let url = std::env::var(variable).ok().filter(|url| !url.is_empty());
-    let engine = if variable.contains("OPENSEARCH") {
-        "opensearch"
-    } else {
-        "elasticsearch"
+    let engine = match variable {
+        "CAIRN_TEST_OPENSEARCH_URL" => "opensearch",
+        "CAIRN_TEST_ELASTICSEARCH9_URL" => "elasticsearch9",
+        _ => "elasticsearch",
     };
     let required = std::env::var("CAIRN_TEST_BACKENDS").unwrap_or_default();
     assert!(
@@ -81,6 +82,13 @@ mod opensearch {
 
 mod elasticsearch {
     cairn_store_tests::conformance_suite!(match super::fresh("CAIRN_TEST_ELASTICSEARCH_URL").await {
+        Some(pair) => pair,
+        None => return,
+    });
+}
+
+mod elasticsearch9 {
+    cairn_store_tests::conformance_suite!(match super::fresh("CAIRN_TEST_ELASTICSEARCH9_URL").await {
         Some(pair) => pair,
         None => return,
     });

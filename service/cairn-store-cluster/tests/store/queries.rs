@@ -66,6 +66,22 @@ fn text_queries_filter_scope_and_currency() {
 }
 
 #[test]
+fn elasticsearch_9_1_and_later_keep_vectors_in_the_source() {
+    for (engine, version, kept) in [
+        (Engine::Elasticsearch, "8.19.0", None),
+        (Engine::Elasticsearch, "9.0.0", None),
+        (Engine::Elasticsearch, "9.2.0", Some(false)),
+        (Engine::Elasticsearch, "10.0.1", Some(false)),
+        (Engine::OpenSearch, "3.1.0", None),
+    ] {
+        let mut template = mappings::template(engine, "cairn", "facts", 384).expect("template");
+        mappings::keep_vectors_in_source(&mut template, engine, version);
+        let setting = template["template"]["settings"]["index.mapping.exclude_source_vectors"].as_bool();
+        assert_eq!(setting, kept, "{engine:?} {version}");
+    }
+}
+
+#[test]
 fn text_analysis_falls_back_to_the_standard_analyzer_on_a_bare_node() {
     for engine in [Engine::OpenSearch, Engine::Elasticsearch] {
         for kind in cairn_store_cluster::INDICES {
