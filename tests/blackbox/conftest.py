@@ -50,6 +50,18 @@ def delete_indices(url, prefix):
         pass
 
 
+def wait_for(predicate, seconds=30):
+    """Polls `predicate` until it returns a true value (returned) or `seconds` pass
+    (then `False`)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    return False
+
+
 def binary() -> str:
     explicit = os.environ.get("CAIRN_BIN")
     if explicit:

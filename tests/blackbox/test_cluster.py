@@ -6,13 +6,12 @@ cluster down at start (503s, then recovery by itself), and the node stopped mid-
 import json
 import os
 import subprocess
-import time
 import urllib.request
 import uuid
 
 import pytest
 
-from conftest import REPO, binary, cluster_url
+from conftest import REPO, binary, cluster_url, wait_for
 
 ENGINES = ["opensearch", "elasticsearch"]
 # A second node of each engine, started and stopped by the fault test.
@@ -37,15 +36,6 @@ def http(method, url, body=None):
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
-
-
-def wait_for(predicate, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.25)
-    return False
 
 
 def cli(env, *args):

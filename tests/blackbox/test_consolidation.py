@@ -4,15 +4,7 @@ on loopback, so the real provider client runs."""
 
 import time
 
-
-def wait_for(predicate, seconds=30):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
+from conftest import wait_for
 
 
 def test_a_run_killed_mid_consolidation_completes_once_after_restart(make_server, tmp_path, fake_llm):
@@ -38,6 +30,7 @@ def test_a_run_killed_mid_consolidation_completes_once_after_restart(make_server
         return items if len(items) >= 3 else None
 
     items = wait_for(facts)
+    assert items, "the facts did not appear in time"
     texts = sorted(item["text"] for item in items)
     assert texts == ["The user loves Kyoto.", "The user loves Patagonia.", "The user loves the Alps."], texts
     # Nothing left to do: the job is gone and the watermark is past every episode.
@@ -63,6 +56,7 @@ def test_the_offline_pipeline_consolidates_in_the_background(server):
         return items or None
 
     items = wait_for(active)
+    assert items, "the fact did not appear in time"
     assert [item["text"] for item in items] == ["The user moved to Porto last spring."]
     metrics = server.call("GET", "/metrics").body
     assert 'cairn_consolidation_runs_total{result="ok",trigger="job"}' in metrics

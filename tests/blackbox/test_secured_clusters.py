@@ -16,13 +16,12 @@ import os
 import ssl
 import subprocess
 import threading
-import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import REPO, cluster_url
+from conftest import REPO, cluster_url, wait_for
 from pki import make_pki
 
 SECURED_PORTS = {
@@ -80,15 +79,6 @@ def secured_opensearch(pki):
     url, stop = secured_node("opensearch", pki, [("cairn", PASSWORD)])
     yield url
     stop()
-
-
-def wait_for(predicate, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.25)
-    return False
 
 
 def start(make_server, tmp_path, engine, url, settings):
