@@ -1,5 +1,6 @@
 """The command line: configuration errors name the key, dev mode, minting, bootstrap."""
 
+import json
 import subprocess
 
 from conftest import REPO, SECRET, binary, free_port
@@ -168,3 +169,21 @@ def test_native_https_serves_and_reloads_a_renewed_certificate(make_server, tmp_
 def test_https_needs_both_files(tmp_path):
     result = run(["serve"], {**base_env(tmp_path), "CAIRN_TLS_CERT": str(tmp_path / "tls.crt")})
     assert result.returncode != 0 and "CAIRN_TLS_KEY" in result.stderr, result.stderr
+
+
+def test_dashboards_export_writes_saved_objects_for_the_prefix(tmp_path):
+    for target, version_field in [("kibana", "coreMigrationVersion"), ("opensearch-dashboards", "migrationVersion")]:
+        out = tmp_path / f"{target}.ndjson"
+        env = dict(base_env(tmp_path), CAIRN_INDEX_PREFIX="ops-memory")
+        result = run(["dashboards", "export", "--target", target, "--out", str(out)], env)
+        assert result.returncode == 0, result.stderr
+        objects = [json.loads(line) for line in out.read_text().splitlines()]
+        summary, objects = objects[-1], objects[:-1]
+        assert summary["exportedCount"] == len(objects) and summary["missingRefCount"] == 0
+        kinds = {item["type"] for item in objects}
+        assert kinds == {"index-pattern", "search", "visualization", "dashboard"}, kinds
+        assert all(item["id"].startswith("ops-memory-") and version_field in item for item in objects)
+        titles = {item["attributes"]["title"] for item in objects if item["type"] == "index-pattern"}
+        assert "ops-memory-audit" in titles and "ops-memory-decisions" in titles, titles
+    refused = run(["dashboards", "export", "--target", "grafana"], base_env(tmp_path))
+    assert refused.returncode != 0 and "kibana or opensearch-dashboards" in refused.stderr

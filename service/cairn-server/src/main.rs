@@ -75,6 +75,25 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Saved objects for Kibana or OpenSearch Dashboards.
+    Dashboards {
+        #[command(subcommand)]
+        command: DashboardsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DashboardsCommand {
+    /// Write data views, saved searches, visualizations and a dashboard over the
+    /// indices of CAIRN_INDEX_PREFIX, as the NDJSON file the product imports.
+    Export {
+        /// `kibana` or `opensearch-dashboards`.
+        #[arg(long)]
+        target: String,
+        /// Write here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -394,6 +413,19 @@ fn run() -> anyhow::Result<()> {
         Command::Backup { to } => backup(&config, &to),
         Command::Restore { from } => restore(&config, &from),
         Command::Export { tenant, user, out } => export(&config, &tenant, &user, out.as_deref()),
+        Command::Dashboards {
+            command: DashboardsCommand::Export { target, out },
+        } => {
+            let target = cairn_server::dashboards::Target::parse(&target)?;
+            let objects = cairn_server::dashboards::export(target, &config.index_prefix);
+            match out {
+                Some(path) => std::fs::write(&path, objects).with_context(|| format!("cannot write {}", path.display())),
+                None => {
+                    print!("{objects}");
+                    Ok(())
+                }
+            }
+        }
         Command::Import {
             tenant,
             user,

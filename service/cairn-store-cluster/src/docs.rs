@@ -20,7 +20,7 @@ fn vector(embedding: Option<&Vec<f32>>) -> Value {
     embedding.map_or(Value::Null, |values| json!(values))
 }
 
-fn timestamp(at: DateTime<Utc>) -> String {
+pub fn timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
@@ -205,6 +205,8 @@ pub fn job(scope: &Scope, job: &ConsolidationJob) -> Value {
             "attempts": job.attempts,
             "last_error": job.last_error,
             "dead_at": optional(job.dead_at),
+            // When the job last changed (queued, or failed): for dashboards.
+            "timestamp": timestamp(job.created_at),
         }),
     )
 }

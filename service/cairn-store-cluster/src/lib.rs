@@ -1193,6 +1193,7 @@ impl MemoryStore for ClusterStore {
         source["attempts"] = json!(source["attempts"].as_u64().unwrap_or(0) + 1);
         source["run_after"] = json!(docs::micros(run_after));
         source["last_error"] = json!(error);
+        source["timestamp"] = json!(docs::timestamp(Utc::now()));
         if dead {
             source["dead_at"] = json!(docs::micros(Utc::now()));
         }
