@@ -253,7 +253,13 @@ pub fn export(target: Target, prefix: &str) -> String {
         if target == Target::Kibana {
             attributes["name"] = json!(titled(index));
         }
-        objects.push(object(target, "index-pattern", &name(index), attributes, Vec::new()));
+        objects.push(object(
+            target,
+            "index-pattern",
+            &name(index),
+            attributes,
+            Vec::new(),
+        ));
     }
     for search in SEARCHES {
         let attributes = json!({
@@ -317,7 +323,13 @@ pub fn export(target: Target, prefix: &str) -> String {
             "searchSourceJSON": json!({ "query": { "query": "", "language": "kuery" }, "filter": [] }).to_string()
         },
     });
-    objects.push(object(target, "dashboard", &name("overview"), dashboard, panel_references));
+    objects.push(object(
+        target,
+        "dashboard",
+        &name("overview"),
+        dashboard,
+        panel_references,
+    ));
     let count = objects.len();
     let mut summary = json!({ "exportedCount": count, "missingRefCount": 0, "missingReferences": [] });
     if target == Target::Kibana {
@@ -354,14 +366,22 @@ mod tests {
             assert_eq!(summary["missingRefCount"], 0);
             let ids: HashSet<(String, String)> = objects
                 .iter()
-                .map(|object| (object["type"].as_str().expect("type").to_owned(), object["id"].as_str().expect("id").to_owned()))
+                .map(|object| {
+                    (
+                        object["type"].as_str().expect("type").to_owned(),
+                        object["id"].as_str().expect("id").to_owned(),
+                    )
+                })
                 .collect();
             assert_eq!(ids.len(), objects.len(), "ids are unique");
             for object in objects {
                 let kind = object["type"].as_str().expect("type");
                 assert!(object["id"].as_str().expect("id").starts_with("acme-mem-"));
                 for reference in object["references"].as_array().expect("references") {
-                    let target_id = (reference["type"].as_str().expect("type").to_owned(), reference["id"].as_str().expect("id").to_owned());
+                    let target_id = (
+                        reference["type"].as_str().expect("type").to_owned(),
+                        reference["id"].as_str().expect("id").to_owned(),
+                    );
                     assert!(ids.contains(&target_id), "{kind} refers to {target_id:?}");
                 }
                 let attributes = &object["attributes"];
@@ -369,27 +389,48 @@ mod tests {
                     let source: Value = serde_json::from_str(source).expect("searchSourceJSON");
                     assert!(source["index"].is_null(), "no inline index in {kind}");
                     if kind == "search" || kind == "visualization" {
-                        assert_eq!(source["indexRefName"], "kibanaSavedObjectMeta.searchSourceJSON.index");
-                        assert_eq!(object["references"][0]["name"], "kibanaSavedObjectMeta.searchSourceJSON.index");
+                        assert_eq!(
+                            source["indexRefName"],
+                            "kibanaSavedObjectMeta.searchSourceJSON.index"
+                        );
+                        assert_eq!(
+                            object["references"][0]["name"],
+                            "kibanaSavedObjectMeta.searchSourceJSON.index"
+                        );
                     }
                 }
                 match kind {
                     "index-pattern" => {
-                        assert!(attributes["title"].as_str().expect("title").starts_with("acme-mem-"));
+                        assert!(
+                            attributes["title"]
+                                .as_str()
+                                .expect("title")
+                                .starts_with("acme-mem-")
+                        );
                         assert_eq!(attributes["timeFieldName"], "timestamp");
                     }
                     "visualization" => {
-                        let state: Value = serde_json::from_str(attributes["visState"].as_str().expect("visState")).expect("visState JSON");
+                        let state: Value =
+                            serde_json::from_str(attributes["visState"].as_str().expect("visState"))
+                                .expect("visState JSON");
                         assert!(state["aggs"].as_array().is_some_and(|aggs| !aggs.is_empty()));
                         assert_eq!(state["title"], attributes["title"]);
                     }
                     "dashboard" => {
-                        let panels: Vec<Value> = serde_json::from_str(attributes["panelsJSON"].as_str().expect("panels")).expect("panelsJSON");
+                        let panels: Vec<Value> =
+                            serde_json::from_str(attributes["panelsJSON"].as_str().expect("panels"))
+                                .expect("panelsJSON");
                         assert_eq!(panels.len(), VISUALIZATIONS.len());
                         for panel in &panels {
                             assert!(panel["id"].is_null(), "panels point through panelRefName");
                             let name = panel["panelRefName"].as_str().expect("panelRefName");
-                            assert!(object["references"].as_array().expect("refs").iter().any(|reference| reference["name"] == name));
+                            assert!(
+                                object["references"]
+                                    .as_array()
+                                    .expect("refs")
+                                    .iter()
+                                    .any(|reference| reference["name"] == name)
+                            );
                         }
                     }
                     _ => {}
@@ -397,16 +438,28 @@ mod tests {
                 match target {
                     Target::Kibana => {
                         assert_eq!(object["coreMigrationVersion"], "8.8.0");
-                        assert!(object["typeMigrationVersion"].is_string() && object["migrationVersion"].is_null());
+                        assert!(
+                            object["typeMigrationVersion"].is_string()
+                                && object["migrationVersion"].is_null()
+                        );
                     }
                     Target::OpenSearchDashboards => {
                         assert!(object["migrationVersion"][kind].is_string(), "{kind}");
-                        assert!(object["coreMigrationVersion"].is_null() && object["typeMigrationVersion"].is_null());
+                        assert!(
+                            object["coreMigrationVersion"].is_null()
+                                && object["typeMigrationVersion"].is_null()
+                        );
                     }
                 }
             }
-            let kinds: HashSet<&str> = objects.iter().filter_map(|object| object["type"].as_str()).collect();
-            assert_eq!(kinds, HashSet::from(["index-pattern", "search", "visualization", "dashboard"]));
+            let kinds: HashSet<&str> = objects
+                .iter()
+                .filter_map(|object| object["type"].as_str())
+                .collect();
+            assert_eq!(
+                kinds,
+                HashSet::from(["index-pattern", "search", "visualization", "dashboard"])
+            );
         }
     }
 

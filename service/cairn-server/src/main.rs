@@ -419,7 +419,9 @@ fn run() -> anyhow::Result<()> {
             let target = cairn_server::dashboards::Target::parse(&target)?;
             let objects = cairn_server::dashboards::export(target, &config.index_prefix);
             match out {
-                Some(path) => std::fs::write(&path, objects).with_context(|| format!("cannot write {}", path.display())),
+                Some(path) => {
+                    std::fs::write(&path, objects).with_context(|| format!("cannot write {}", path.display()))
+                }
                 None => {
                     print!("{objects}");
                     Ok(())
