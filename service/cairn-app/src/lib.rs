@@ -178,6 +178,11 @@ impl Cairn {
         self.store.ping().await
     }
 
+    /// What the store reports wrong while still serving (see `MemoryStore::degraded`).
+    pub fn degraded(&self) -> Option<String> {
+        self.store.degraded()
+    }
+
     pub async fn decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
         self.store.list_decisions(scope, page).await
     }

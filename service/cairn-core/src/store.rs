@@ -283,6 +283,12 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// Succeeds when the backend answers.
     async fn ping(&self) -> Result<()>;
 
+    /// What the last successful ping found wrong without failing (a search cluster
+    /// serving with some replicas missing), for readiness reports.
+    fn degraded(&self) -> Option<String> {
+        None
+    }
+
     /// Applies every change atomically, or none (returning the first failed precondition).
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()>;
 

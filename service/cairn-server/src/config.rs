@@ -41,6 +41,8 @@ pub struct Config {
     pub cluster_client_key: Option<PathBuf>,
     /// Skip verifying the cluster's certificate (warned about at start).
     pub cluster_tls_insecure: bool,
+    /// Replicas of each index; unset: 1 on a cluster of several data nodes, 0 on one.
+    pub cluster_replicas: Option<u32>,
     pub index_prefix: String,
     /// HS256 secrets, separated by whitespace: every one verifies, the first signs.
     pub jwt_secret: Option<String>,
@@ -166,6 +168,7 @@ impl Default for Config {
             cluster_client_cert: None,
             cluster_client_key: None,
             cluster_tls_insecure: false,
+            cluster_replicas: None,
             index_prefix: "cairn".into(),
             jwt_secret: None,
             jwt_public_keys: None,
@@ -257,6 +260,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("cluster_client_cert", Kind::Text),
     ("cluster_client_key", Kind::Text),
     ("cluster_tls_insecure", Kind::Boolean),
+    ("cluster_replicas", Kind::Integer),
     ("index_prefix", Kind::Text),
     ("jwt_secret", Kind::Text),
     ("jwt_public_keys", Kind::Text),
@@ -364,7 +368,13 @@ impl Config {
     /// The cluster's credentials and TLS settings must be complete, unambiguous and
     /// usable with the URL's scheme. Messages name settings, never their values.
     fn validate_cluster_access(&self) -> Result<(), ConfigError> {
-        if let Some(url) = &self.cluster_url {
+        // One URL, or several nodes of one cluster separated by commas.
+        for url in self
+            .cluster_url
+            .iter()
+            .flat_map(|urls| urls.split(','))
+            .map(str::trim)
+        {
             let Some((scheme, rest)) = url.split_once("://") else {
                 return Err(config_error(
                     "CAIRN_CLUSTER_URL",

@@ -67,6 +67,7 @@ pub fn cluster_store(config: &Config) -> anyhow::Result<ClusterStore> {
         &config.index_prefix,
         config.embedding_dimension,
     )
+    .map(|store| store.with_replicas(config.cluster_replicas))
     .map_err(|error| anyhow::anyhow!("CAIRN_CLUSTER_URL: {error}"))
 }
 
@@ -130,6 +131,8 @@ pub fn prepare_cluster(store: ClusterStore, cairn: Cairn) -> tokio::task::JoinHa
                         created = report.created.len(),
                         existing = report.existing.len(),
                         backfilled = report.backfilled,
+                        replicas = report.replicas,
+                        data_nodes = report.data_nodes,
                         analysis = report.analysis.describe(),
                         "search cluster ready"
                     );

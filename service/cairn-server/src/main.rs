@@ -155,6 +155,17 @@ fn bootstrap(config: &Config) -> anyhow::Result<()> {
                 report.existing.len()
             );
             println!("text analysis: {}", report.analysis.describe());
+            println!(
+                "replicas: {} per index ({}; {} data node{})",
+                report.replicas,
+                if report.replicas_configured {
+                    "CAIRN_CLUSTER_REPLICAS"
+                } else {
+                    "1 on several data nodes, 0 on one"
+                },
+                report.data_nodes,
+                if report.data_nodes == 1 { "" } else { "s" }
+            );
             if !report.extended.is_empty() {
                 println!(
                     "fields added to {} ({} older documents given their stems)",

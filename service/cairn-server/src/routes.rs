@@ -231,8 +231,12 @@ async fn readyz(state: State) -> HttpResponse {
             } else {
                 "not_loaded"
             };
-            HttpResponse::Ok()
-                .json(json!({ "status": "ready", "checks": { "store": "ok", "models": models } }))
+            let mut body = json!({ "status": "ready", "checks": { "store": "ok", "models": models } });
+            if let Some(note) = state.cairn.degraded() {
+                body["checks"]["store"] = json!("degraded");
+                body["detail"] = json!(note);
+            }
+            HttpResponse::Ok().json(body)
         }
         Err(error) => {
             tracing::warn!(error = %error, "store not ready");

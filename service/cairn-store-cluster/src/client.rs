@@ -142,7 +142,10 @@ impl Access {
 
 #[derive(Clone)]
 pub struct Cluster {
-    client: Elasticsearch,
+    /// One client per node URL (`CAIRN_CLUSTER_URL` may list several, comma-separated).
+    clients: std::sync::Arc<Vec<Elasticsearch>>,
+    /// The node requests go to first: the last one that answered.
+    current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Every configured secret, masked in any message built from an answer or error.
     secrets: std::sync::Arc<Vec<String>>,
     /// What authenticated Cairn, for messages about a refusal.
@@ -154,18 +157,47 @@ impl Cluster {
         Cluster::with_access(url, &Access::default(), timeout)
     }
 
-    pub fn with_access(url: &str, access: &Access, timeout: Duration) -> Result<Self> {
+    /// A client of the nodes at `urls` (comma-separated); requests go to one node and
+    /// move to the next when a node cannot be connected to.
+    pub fn with_access(urls: &str, access: &Access, timeout: Duration) -> Result<Self> {
+        let mut clients = Vec::new();
+        for url in urls.split(',').map(str::trim).filter(|url| !url.is_empty()) {
+            clients.push(Cluster::client(url, access, timeout)?);
+        }
+        if clients.is_empty() {
+            return Err(Error::invalid("cluster_url", "names no node"));
+        }
+        let mut secrets = access
+            .credentials
+            .as_ref()
+            .map(Credentials::secrets)
+            .unwrap_or_default();
+        secrets.retain(|secret| !secret.is_empty());
+        Ok(Cluster {
+            clients: std::sync::Arc::new(clients),
+            current: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            secrets: std::sync::Arc::new(secrets),
+            credentials: access.credentials.as_ref().map_or(
+                if access.client_pem.is_some() {
+                    "client certificate"
+                } else {
+                    "no credentials"
+                },
+                Credentials::kind,
+            ),
+        })
+    }
+
+    fn client(url: &str, access: &Access, timeout: Duration) -> Result<Elasticsearch> {
         let url = Url::parse(url).map_err(|error| Error::invalid("cluster_url", error.to_string()))?;
         let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
             .disable_proxy()
             .timeout(timeout);
-        let mut secrets = Vec::new();
         if let Some(credentials) = &access.credentials {
             let mut value = HeaderValue::from_str(&credentials.header())
                 .map_err(|_| Error::invalid("cluster_credentials", "cannot be sent in an HTTP header"))?;
             value.set_sensitive(true);
             builder = builder.header(AUTHORIZATION, value);
-            secrets.extend(credentials.secrets());
         }
         if let Some(pem) = &access.client_pem {
             builder = builder.auth(Identity::Certificate(ClientCertificate::Pem(pem.clone())));
@@ -184,19 +216,7 @@ impl Cluster {
                 format!("cannot set up the cluster client: {error}"),
             )
         })?;
-        secrets.retain(|secret| !secret.is_empty());
-        Ok(Cluster {
-            client: Elasticsearch::new(transport),
-            secrets: std::sync::Arc::new(secrets),
-            credentials: access.credentials.as_ref().map_or(
-                if access.client_pem.is_some() {
-                    "client certificate"
-                } else {
-                    "no credentials"
-                },
-                Credentials::kind,
-            ),
-        })
+        Ok(Elasticsearch::new(transport))
     }
 
     /// `text` with every configured secret masked.
@@ -280,11 +300,28 @@ impl Cluster {
         query: &[(&str, String)],
         body: Option<B>,
     ) -> Result<Answer> {
-        let response = self
-            .client
-            .send(method, path, headers, Some(query), body, None)
-            .await
-            .map_err(|error| self.transport_error(&error))?;
+        use std::sync::atomic::Ordering;
+        let first = self.current.load(Ordering::Relaxed) % self.clients.len();
+        let mut attempt = 0;
+        let response = loop {
+            let node = (first + attempt) % self.clients.len();
+            match self.clients[node]
+                .send(method, path, headers.clone(), Some(query), body.as_ref(), None)
+                .await
+            {
+                Ok(response) => {
+                    if node != first {
+                        self.current.store(node, Ordering::Relaxed);
+                    }
+                    break response;
+                }
+                // Nothing reached a node it could not connect to: the next one may serve
+                // the request. Any other failure may have reached the node, and is
+                // reported rather than repeated.
+                Err(error) if attempt + 1 < self.clients.len() && not_connected(&error) => attempt += 1,
+                Err(error) => return Err(self.transport_error(&error)),
+            }
+        };
         let status = response.status_code().as_u16();
         let elastic = response
             .headers()
@@ -390,6 +427,20 @@ impl Cluster {
         };
         Ok((engine, version))
     }
+}
+
+/// Whether a transport error happened before anything was sent: the node refused or
+/// could not be reached to connect.
+fn not_connected(error: &elasticsearch::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        let text = cause.to_string().to_ascii_lowercase();
+        if text.contains("(connect)") || text.contains("connection refused") || text.contains("tcp connect") {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// A storage error for an unexpected answer, with the cluster's reason.

@@ -61,6 +61,10 @@ pub struct ClusterStore {
     prefix: String,
     dimension: usize,
     status: Arc<RwLock<Status>>,
+    /// Replicas per index; `None`: chosen from the number of data nodes.
+    replicas: Option<u32>,
+    /// The cluster health the last ping saw, when it was not green.
+    degraded: Arc<RwLock<Option<String>>>,
 }
 
 /// Whether the indices are known to be in place: reads and writes wait for it.
@@ -177,6 +181,8 @@ impl ClusterStore {
             status: Arc::new(RwLock::new(Status::Pending(
                 "the search cluster has not been reached yet".into(),
             ))),
+            replicas: None,
+            degraded: Arc::new(RwLock::new(None)),
         })
     }
 
@@ -195,6 +201,12 @@ impl ClusterStore {
             *slot = version;
         }
         Ok(store)
+    }
+
+    /// Sets the replicas of every index (`None`: 1 on several data nodes, 0 on one).
+    pub fn with_replicas(mut self, replicas: Option<u32>) -> Self {
+        self.replicas = replicas;
+        self
     }
 
     fn ready(&self) -> Result<()> {
@@ -258,7 +270,14 @@ impl ClusterStore {
         if let Ok(mut slot) = self.version.write() {
             *slot = version.clone();
         }
-        match mappings::bootstrap(&self.cluster, self.engine, &version, &self.prefix, self.dimension).await {
+        let target = mappings::Target {
+            engine: self.engine,
+            version: &version,
+            prefix: &self.prefix,
+            dimension: self.dimension,
+            replicas: self.replicas,
+        };
+        match mappings::bootstrap(&self.cluster, &target).await {
             Ok(report) => {
                 self.set_status(Status::Ready);
                 Ok(report)
@@ -645,13 +664,26 @@ impl MemoryStore for ClusterStore {
             .cluster
             .expect(Method::Get, &path, &[("timeout", "2s".to_owned())], None)
             .await?;
-        match health["status"].as_str() {
+        let status = health["status"].as_str();
+        if let Ok(mut slot) = self.degraded.write() {
+            *slot = (status == Some("yellow")).then(|| {
+                format!(
+                    "search cluster health yellow: {} unassigned shard(s), {} node(s) in the cluster; every primary is serving",
+                    health["unassigned_shards"], health["number_of_nodes"]
+                )
+            });
+        }
+        match status {
             Some("green") | Some("yellow") => Ok(()),
             other => Err(Error::Unavailable(format!(
                 "search cluster indices are {}",
                 other.unwrap_or("unknown")
             ))),
         }
+    }
+
+    fn degraded(&self) -> Option<String> {
+        self.degraded.read().ok().and_then(|note| note.clone())
     }
 
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()> {

@@ -42,9 +42,25 @@ impl Analysis {
     }
 }
 
+/// The cluster and index layout bootstrap installs for.
+pub struct Target<'a> {
+    pub engine: Engine,
+    pub version: &'a str,
+    pub prefix: &'a str,
+    pub dimension: usize,
+    /// Configured replicas; `None`: 1 on a cluster of several data nodes, 0 on one.
+    pub replicas: Option<u32>,
+}
+
 /// What bootstrap did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BootstrapReport {
+    /// Replicas per index, and whether they were configured or chosen.
+    pub replicas: u32,
+    pub replicas_configured: bool,
+    pub data_nodes: u64,
+    /// Existing indices whose replica count was changed to `replicas`.
+    pub replicas_changed: Vec<String>,
     pub created: Vec<String>,
     pub existing: Vec<String>,
     /// Existing indices that lacked fields a newer template adds, and got them.
@@ -224,16 +240,38 @@ fn compare(expected: &Value, actual: &Value) -> (serde_json::Map<String, Value>,
     (missing, problems)
 }
 
-pub async fn bootstrap(
-    cluster: &Cluster,
-    engine: Engine,
-    version: &str,
-    prefix: &str,
-    dimension: usize,
-) -> Result<BootstrapReport> {
+/// The number of data nodes in the cluster.
+async fn data_nodes(cluster: &Cluster) -> Result<u64> {
+    let path = "/_nodes/data:true";
+    let answer = cluster
+        .expect(
+            Method::Get,
+            path,
+            &[("filter_path", "_nodes.total".to_owned())],
+            None,
+        )
+        .await?;
+    answer["_nodes"]["total"]
+        .as_u64()
+        .ok_or_else(|| Error::Storage(format!("{path}: no node count in the answer")))
+}
+
+pub async fn bootstrap(cluster: &Cluster, target: &Target<'_>) -> Result<BootstrapReport> {
+    let Target {
+        engine,
+        version,
+        prefix,
+        dimension,
+        ..
+    } = *target;
     let analysis = detect_analysis(cluster).await?;
+    let data_nodes = data_nodes(cluster).await?;
+    let replicas = target.replicas.unwrap_or(if data_nodes > 1 { 1 } else { 0 });
     let mut report = BootstrapReport {
         analysis,
+        replicas,
+        replicas_configured: target.replicas.is_some(),
+        data_nodes,
         ..BootstrapReport::default()
     };
     let mut problems = Vec::new();
@@ -241,6 +279,7 @@ pub async fn bootstrap(
         let name = format!("{prefix}-{kind}");
         let mut template = template_with(engine, prefix, kind, dimension, analysis)?;
         keep_vectors_in_source(&mut template, engine, version);
+        template["template"]["settings"]["number_of_replicas"] = json!(replicas);
         cluster
             .expect(
                 Method::Put,
@@ -286,6 +325,30 @@ pub async fn bootstrap(
                 )
                 .await?;
             report.extended.push(name.clone());
+        }
+        let settings = cluster
+            .expect(
+                Method::Get,
+                &format!("{path}/_settings/index.number_of_replicas"),
+                &[],
+                None,
+            )
+            .await?;
+        let current = settings
+            .as_object()
+            .and_then(|indices| indices.values().next())
+            .and_then(|index| index["settings"]["index"]["number_of_replicas"].as_str())
+            .and_then(|count| count.parse::<u32>().ok());
+        if current != Some(replicas) {
+            cluster
+                .expect(
+                    Method::Put,
+                    &format!("{path}/_settings"),
+                    &[],
+                    Some(json!({ "index": { "number_of_replicas": replicas } })),
+                )
+                .await?;
+            report.replicas_changed.push(name.clone());
         }
         // Also after an earlier bootstrap that added the field but stopped half-way.
         if STEMMED.contains(&kind) {
