@@ -341,6 +341,7 @@ impl Cairn {
                     fact_types: Vec::new(),
                     session_id: None,
                     limit: RESTATEMENT_CANDIDATES,
+                    with_vectors: true,
                 },
                 value.to_owned(),
             )

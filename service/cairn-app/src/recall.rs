@@ -245,6 +245,7 @@ impl Cairn {
                 fact_types: fact_types.clone(),
                 session_id: session_id.clone(),
                 limit: self.settings.candidates_per_leg,
+                with_vectors: false,
             })
             .collect();
         // A leg with no weight cannot change the ranking, so it is not run.

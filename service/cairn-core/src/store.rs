@@ -176,6 +176,9 @@ pub struct SearchFilter {
     pub fact_types: Vec<FactType>,
     pub session_id: Option<String>,
     pub limit: usize,
+    /// Whether hits must carry their embedding. `false` lets a store leave vectors out of
+    /// what it reads (recall ranks by the scores alone; consolidation compares vectors).
+    pub with_vectors: bool,
 }
 
 /// A full-text query, restricted by its filter inside the query.

@@ -71,6 +71,16 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
     conditions
 }
 
+/// What a search reads of each hit: never the indexed stems, and the embedding (about
+/// 8 KB of JSON at 384 dimensions) only when the caller needs vectors.
+fn read_fields(filter: &SearchFilter) -> Value {
+    if filter.with_vectors {
+        json!({ "excludes": ["terms", "context_terms"] })
+    } else {
+        json!({ "excludes": ["terms", "context_terms", "embedding"] })
+    }
+}
+
 /// The candidates of a text search: any of the query's stems among a record's indexed
 /// stems (`terms`, and an episode's `context_terms`: see `bm25::index_terms`), inside the tier's scope and currency filter, ranked by the index. Their
 /// scores are computed afresh from the scope's own statistics ([`term_statistics`]).
@@ -84,6 +94,7 @@ pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Option<V
     Some(json!({
         "size": filter.limit,
         "track_total_hits": false,
+        "_source": read_fields(filter),
         "query": { "bool": {
             "filter": restrictions(scope, filter),
             "must": matching(query, stems.join(" "))
@@ -150,6 +161,7 @@ pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vecto
     match engine {
         Engine::OpenSearch => json!({
             "size": filter.limit,
+            "_source": read_fields(filter),
             "query": { "knn": { "embedding": {
                 "vector": vector,
                 "k": filter.limit,
@@ -158,6 +170,7 @@ pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vecto
         }),
         Engine::Elasticsearch => json!({
             "size": filter.limit,
+            "_source": read_fields(filter),
             "knn": {
                 "field": "embedding",
                 "query_vector": vector,

@@ -488,6 +488,7 @@ mod tests {
             fact_types: Vec::new(),
             session_id: None,
             limit: 10,
+            with_vectors: true,
         }
     }
 

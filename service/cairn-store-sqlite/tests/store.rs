@@ -157,6 +157,7 @@ async fn upgrading_from_version_2_indexes_episode_context() {
                 fact_types: Vec::new(),
                 session_id: None,
                 limit: 10,
+                with_vectors: true,
             },
             text,
         )
@@ -214,6 +215,7 @@ async fn current_facts_below_many_stale_matches_are_found() {
                 fact_types: Vec::new(),
                 session_id: None,
                 limit: 2,
+                with_vectors: true,
             };
             let mut found: Vec<String> = store
                 .search_text(&scope, &TextQuery::new(filter, "tea"))

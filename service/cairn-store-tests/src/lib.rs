@@ -46,6 +46,7 @@ macro_rules! conformance_suite {
             racing_outcomes_all_count_and_commits_leave_nothing_to_recover,
             text_scores_use_only_the_scopes_statistics,
             users_are_listed_per_tenant,
+            search_hits_carry_vectors_when_asked,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -192,6 +193,7 @@ async fn search(
                     fact_types: Vec::new(),
                     session_id: None,
                     limit: 50,
+                    with_vectors: true,
                 },
                 text.to_owned(),
             ),
@@ -798,6 +800,7 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
                     fact_types: Vec::new(),
                     session_id: None,
                     limit: 5,
+                    with_vectors: true,
                 },
                 "announce release",
             ),
@@ -935,6 +938,7 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
                 fact_types: Vec::new(),
                 session_id: session.map(str::to_owned),
                 limit: 10,
+                with_vectors: true,
             },
             "biscuit",
         )
@@ -1026,6 +1030,7 @@ pub async fn episodes_are_found_by_their_neighbours_in_the_session(store: Arc<dy
                         fact_types: Vec::new(),
                         session_id: None,
                         limit: 10,
+                        with_vectors: true,
                     },
                     text,
                 )
@@ -1100,6 +1105,7 @@ async fn nearest(
                     fact_types: Vec::new(),
                     session_id: None,
                     limit: 10,
+                    with_vectors: true,
                 },
             },
         )
@@ -1234,6 +1240,7 @@ async fn nearest_in(
         fact_types: Vec::new(),
         session_id: None,
         limit: 10,
+        with_vectors: true,
     };
     store
         .search_vector(
@@ -1666,6 +1673,7 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
                 fact_types: Vec::new(),
                 session_id: None,
                 limit: 50,
+                with_vectors: true,
             };
             for session in [None, Some("s1".to_owned())] {
                 let filter = SearchFilter {
@@ -2157,6 +2165,7 @@ pub async fn text_scores_use_only_the_scopes_statistics(store: Arc<dyn MemorySto
                 fact_types: Vec::new(),
                 session_id: None,
                 limit: 50,
+                with_vectors: true,
             };
             store
                 .search_text(&alice, &TextQuery::new(filter, "lisbon cameras"))
@@ -2346,6 +2355,44 @@ pub async fn users_are_listed_per_tenant(store: Arc<dyn MemoryStore>) {
             .collect::<Vec<_>>(),
         vec!["alice"]
     );
+}
+
+/// Consolidation compares the vectors of the facts it finds, so a search that asks for
+/// vectors gets each hit's embedding, from the text leg and the vector leg alike.
+pub async fn search_hits_carry_vectors_when_asked(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let mut record = fact("Alice rows a wooden kayak", Utc::now());
+    record.embedding = Some(unit(&[0.2, 0.9, 0.1]));
+    insert(store.as_ref(), &alice, &record).await;
+    let filter = SearchFilter {
+        tier: Tier::Semantic,
+        as_of: Utc::now(),
+        include_history: false,
+        fact_types: Vec::new(),
+        session_id: None,
+        limit: 10,
+        with_vectors: true,
+    };
+    let by_text = store
+        .search_text(&alice, &TextQuery::new(filter.clone(), "kayak"))
+        .await
+        .expect("text search");
+    let by_vector = store
+        .search_vector(
+            &alice,
+            &VectorQuery {
+                vector: unit(&[0.2, 0.9, 0.1]),
+                filter,
+            },
+        )
+        .await
+        .expect("vector search");
+    for hits in [by_text, by_vector] {
+        let Some(Memory::Fact(found)) = hits.first().map(|hit| &hit.memory) else {
+            panic!("the fact is found");
+        };
+        assert_eq!(found.embedding, record.embedding);
+    }
 }
 
 #[cfg(test)]

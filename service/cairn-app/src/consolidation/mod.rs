@@ -1175,6 +1175,7 @@ fn current_filter(limit: usize) -> SearchFilter {
         fact_types: Vec::new(),
         session_id: None,
         limit,
+        with_vectors: true,
     }
 }
 

@@ -156,6 +156,7 @@ async fn bootstrap_gives_older_documents_their_stems() {
             fact_types: Vec::new(),
             session_id: None,
             limit: 10,
+            with_vectors: true,
         };
         let query = TextQuery::new(filter, "runs shoe");
         let hits = store.search_text(&scope, &query).await.expect("search");

@@ -32,6 +32,7 @@ fn filter(tier: Tier) -> SearchFilter {
         fact_types: vec![FactType::Preference],
         session_id: Some("s1".into()),
         limit: 50,
+        with_vectors: true,
     }
 }
 
