@@ -212,12 +212,14 @@ impl ClusterStore {
     /// idempotent, so a recovery may repeat what the commit already did.
     async fn roll_forward(&self, scope: &Scope, plan: &Value) -> Result<()> {
         let tenant = scope.tenant().as_str();
-        let lines = plan["lines"].as_array().cloned().unwrap_or_default();
-        self.bulk(lines, &[409]).await?;
+        // Contexts first, unrefreshed: the refreshed bulk below makes them visible with
+        // the inserts, one refresh for the whole plan.
         for context in plan["contexts"].as_array().into_iter().flatten() {
             let context: ContextStep = records::parse("commit journal context", context)?;
             self.append_context(tenant, &context.id, &context.next).await?;
         }
+        let lines = plan["lines"].as_array().cloned().unwrap_or_default();
+        self.bulk(lines, &[409]).await?;
         for step in plan["deferred"].as_array().into_iter().flatten() {
             if let Some(fact_id) = step["erase_fact"].as_str() {
                 self.erase_fact(scope, fact_id).await?;
@@ -460,7 +462,7 @@ impl ClusterStore {
         source["context_terms"] = json!(cairn_core::bm25::index_terms(&context));
         source["context"] = json!(context);
         let version = Some((stored.seq_no, stored.primary_term));
-        let answer = self.write_if("episodes", id, tenant, source, version).await?;
+        let answer = self.put("episodes", id, tenant, source, version, false).await?;
         if answer.ok() || answer.status == 409 {
             Ok(())
         } else {

@@ -129,6 +129,10 @@ impl Update {
     }
 }
 
+/// Indices whose documents are only ever read by id (and searched only by erasure,
+/// which refreshes first): their writes need no refresh.
+const READ_BY_ID: [&str; 2] = ["state", "commits"];
+
 /// Documents read per request by whole-set reads (`scoped_all`).
 const PAGE: usize = 500;
 
@@ -359,7 +363,8 @@ impl ClusterStore {
     }
 
     /// [`ClusterStore::write_if`], refreshing the index or not (the commit journal is
-    /// read by id, which needs no refresh).
+    /// read by id, which needs no refresh). Writes to indices only ever read by id (a
+    /// get is realtime) never refresh.
     async fn put(
         &self,
         kind: &str,
@@ -371,7 +376,7 @@ impl ClusterStore {
     ) -> Result<Answer> {
         let index = self.index(kind);
         let mut query = vec![("routing", routing_key.to_owned())];
-        if refreshed {
+        if refreshed && !READ_BY_ID.contains(&kind) {
             query.push(refresh());
         }
         let path = match version {
@@ -1259,6 +1264,8 @@ impl MemoryStore for ClusterStore {
             decisions: self.erase_where(scope, "decisions", Vec::new()).await?,
             jobs: self.erase_where(scope, "jobs", Vec::new()).await?,
         };
+        // State documents are written without a refresh (they are read by id).
+        self.refresh_index("state").await?;
         self.erase_where(scope, "state", Vec::new()).await?;
         self.create(
             "audit",
