@@ -111,6 +111,10 @@ def test_cluster_mode_is_a_deployment_with_credentials_from_a_secret():
     assert env["CAIRN_CLUSTER_PASSWORD_FILE"] == "/var/run/secrets/cairn/cluster/password"
     assert env["CAIRN_CLUSTER_CA_CERT"] == "/var/run/secrets/cairn/cluster/ca.crt"
     assert "CAIRN_CLUSTER_API_KEY_FILE" not in env
+    assert "CAIRN_CLUSTER_REPLICAS" not in env, "bootstrap chooses by default"
+    replicated = workload(render("mode=cluster", "cluster.url=https://search.internal:9200",
+                                 "cluster.indexReplicas=2", "jwt.existingSecret=cairn-keys"), "Deployment")
+    assert env_of(replicated["spec"]["template"]["spec"]["containers"][0])["CAIRN_CLUSTER_REPLICAS"] == "2"
     volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
     assert volumes["cluster-credentials"]["secret"]["secretName"] == "search-credentials"
     assert volumes["jwt"]["secret"]["secretName"] == "cairn-keys"

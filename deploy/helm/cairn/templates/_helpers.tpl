@@ -94,6 +94,10 @@ spec:
           value: {{ required "cluster.url is required in cluster mode" .Values.cluster.url | quote }}
         - name: CAIRN_INDEX_PREFIX
           value: {{ .Values.cluster.indexPrefix | quote }}
+        {{- if ne (toString .Values.cluster.indexReplicas) "" }}
+        - name: CAIRN_CLUSTER_REPLICAS
+          value: {{ .Values.cluster.indexReplicas | quote }}
+        {{- end }}
         {{- if .Values.cluster.existingSecret }}
         {{- $variables := dict "username" "CAIRN_CLUSTER_USERNAME_FILE" "password" "CAIRN_CLUSTER_PASSWORD_FILE" "api-key" "CAIRN_CLUSTER_API_KEY_FILE" "bearer-token" "CAIRN_CLUSTER_BEARER_TOKEN_FILE" "ca.crt" "CAIRN_CLUSTER_CA_CERT" "tls.crt" "CAIRN_CLUSTER_CLIENT_CERT" "tls.key" "CAIRN_CLUSTER_CLIENT_KEY" }}
         {{- range .Values.cluster.secretKeys }}
