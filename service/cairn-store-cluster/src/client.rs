@@ -1,22 +1,44 @@
-//! The HTTP side: one `elasticsearch` client (plain JSON, so it speaks to OpenSearch as
-//! well) with the deployment's credentials and TLS trust, engine detection, and the
-//! error mapping of cluster answers. Secrets never reach an error message: each message
+//! The HTTP side: one reqwest client per node (the REST API is plain JSON, the same on
+//! OpenSearch and Elasticsearch) with the deployment's credentials and TLS trust, engine
+//! detection, and the error mapping of cluster answers. Secrets never reach an error message: each message
 //! is built from the cluster's answer or the transport error with every configured
 //! secret masked.
 
 use base64::Engine as _;
 use cairn_core::{Error, Result};
-use elasticsearch::Elasticsearch;
-use elasticsearch::auth::{ClientCertificate, Credentials as Identity};
-use elasticsearch::cert::{Certificate, CertificateValidation};
-use elasticsearch::http::headers::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
-use elasticsearch::http::request::{Body, JsonBody};
-use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
-use elasticsearch::http::{Method, Url};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::Value;
 #[cfg(test)]
 use serde_json::json;
 use std::time::Duration;
+
+/// The HTTP methods of the cluster API Cairn uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Put,
+    Post,
+    Delete,
+    Head,
+}
+
+impl Method {
+    fn http(self) -> reqwest::Method {
+        match self {
+            Method::Get => reqwest::Method::GET,
+            Method::Put => reqwest::Method::PUT,
+            Method::Post => reqwest::Method::POST,
+            Method::Delete => reqwest::Method::DELETE,
+            Method::Head => reqwest::Method::HEAD,
+        }
+    }
+}
+
+/// One node: its base URL (without a trailing slash) and a client for it.
+struct Node {
+    base: String,
+    client: reqwest::Client,
+}
 
 /// Which search engine answers (see [`Cluster::detect`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,7 +165,7 @@ impl Access {
 #[derive(Clone)]
 pub struct Cluster {
     /// One client per node URL (`CAIRN_CLUSTER_URL` may list several, comma-separated).
-    clients: std::sync::Arc<Vec<Elasticsearch>>,
+    clients: std::sync::Arc<Vec<Node>>,
     /// The node requests go to first: the last one that answered.
     current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Every configured secret, masked in any message built from an answer or error.
@@ -188,35 +210,47 @@ impl Cluster {
         })
     }
 
-    fn client(url: &str, access: &Access, timeout: Duration) -> Result<Elasticsearch> {
-        let url = Url::parse(url).map_err(|error| Error::invalid("cluster_url", error.to_string()))?;
-        let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
-            .disable_proxy()
-            .timeout(timeout);
+    fn client(url: &str, access: &Access, timeout: Duration) -> Result<Node> {
+        let parsed =
+            reqwest::Url::parse(url).map_err(|error| Error::invalid("cluster_url", error.to_string()))?;
+        let mut headers = HeaderMap::new();
         if let Some(credentials) = &access.credentials {
             let mut value = HeaderValue::from_str(&credentials.header())
                 .map_err(|_| Error::invalid("cluster_credentials", "cannot be sent in an HTTP header"))?;
             value.set_sensitive(true);
-            builder = builder.header(AUTHORIZATION, value);
+            headers.insert(AUTHORIZATION, value);
         }
+        let mut builder = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(timeout)
+            .default_headers(headers);
         if let Some(pem) = &access.client_pem {
-            builder = builder.auth(Identity::Certificate(ClientCertificate::Pem(pem.clone())));
+            let identity = reqwest::Identity::from_pem(pem).map_err(|error| {
+                Error::invalid(
+                    "cluster_client_cert",
+                    format!("is not a PEM certificate and key: {error}"),
+                )
+            })?;
+            builder = builder.identity(identity);
         }
         if access.insecure {
-            builder = builder.cert_validation(CertificateValidation::None);
+            builder = builder.tls_danger_accept_invalid_certs(true);
         } else if let Some(pem) = &access.ca_pem {
-            let roots = Certificate::from_pem(pem).map_err(|error| {
+            let roots = reqwest::Certificate::from_pem_bundle(pem).map_err(|error| {
                 Error::invalid("cluster_ca_cert", format!("is not a PEM certificate: {error}"))
             })?;
-            builder = builder.cert_validation(CertificateValidation::Full(roots));
+            builder = builder.tls_certs_merge(roots);
         }
-        let transport = builder.build().map_err(|error| {
+        let client = builder.build().map_err(|error| {
             Error::invalid(
                 "cluster_tls",
                 format!("cannot set up the cluster client: {error}"),
             )
         })?;
-        Ok(Elasticsearch::new(transport))
+        Ok(Node {
+            base: parsed.as_str().trim_end_matches('/').to_owned(),
+            client,
+        })
     }
 
     /// `text` with every configured secret masked.
@@ -229,7 +263,7 @@ impl Cluster {
     /// An `Unavailable` error for a transport failure, saying what went wrong in terms an
     /// operator can act on (an untrusted certificate, a refused client certificate) when
     /// the error chain shows it.
-    fn transport_error(&self, error: &elasticsearch::Error) -> Error {
+    fn transport_error(&self, error: &reqwest::Error) -> Error {
         let mut chain = error.to_string();
         let mut source = std::error::Error::source(error);
         while let Some(cause) = source {
@@ -292,37 +326,42 @@ impl Cluster {
     /// Sends one request. Transport failures (refused, timed out) and gateway answers
     /// (502-504) are `Unavailable`; any other status comes back as an [`Answer`] for
     /// the caller to judge.
-    async fn send<B: Body>(
+    async fn send(
         &self,
         method: Method,
         path: &str,
-        headers: HeaderMap,
+        content_type: &'static str,
         query: &[(&str, String)],
-        body: Option<B>,
+        body: Option<String>,
     ) -> Result<Answer> {
         use std::sync::atomic::Ordering;
         let first = self.current.load(Ordering::Relaxed) % self.clients.len();
         let mut attempt = 0;
         let response = loop {
-            let node = (first + attempt) % self.clients.len();
-            match self.clients[node]
-                .send(method, path, headers.clone(), Some(query), body.as_ref(), None)
-                .await
-            {
+            let index = (first + attempt) % self.clients.len();
+            let node = &self.clients[index];
+            let mut request = node
+                .client
+                .request(method.http(), format!("{}{path}", node.base))
+                .query(query);
+            if let Some(body) = &body {
+                request = request.header(CONTENT_TYPE, content_type).body(body.clone());
+            }
+            match request.send().await {
                 Ok(response) => {
-                    if node != first {
-                        self.current.store(node, Ordering::Relaxed);
+                    if index != first {
+                        self.current.store(index, Ordering::Relaxed);
                     }
                     break response;
                 }
                 // Nothing reached a node it could not connect to: the next one may serve
                 // the request. Any other failure may have reached the node, and is
                 // reported rather than repeated.
-                Err(error) if attempt + 1 < self.clients.len() && not_connected(&error) => attempt += 1,
+                Err(error) if attempt + 1 < self.clients.len() && error.is_connect() => attempt += 1,
                 Err(error) => return Err(self.transport_error(&error)),
             }
         };
-        let status = response.status_code().as_u16();
+        let status = response.status().as_u16();
         let elastic = response
             .headers()
             .get("x-elastic-product")
@@ -359,8 +398,14 @@ impl Cluster {
         query: &[(&str, String)],
         body: Option<Value>,
     ) -> Result<Answer> {
-        self.send(method, path, HeaderMap::new(), query, body.map(JsonBody::new))
-            .await
+        self.send(
+            method,
+            path,
+            "application/json",
+            query,
+            body.map(|body| body.to_string()),
+        )
+        .await
     }
 
     /// Like [`Cluster::call`], but any non-2xx status is a storage error naming the request.
@@ -382,14 +427,12 @@ impl Cluster {
     /// A `_bulk` request (newline-delimited JSON), refreshing before it answers when
     /// `refreshed`; any non-2xx status is a storage error.
     pub async fn bulk(&self, body: String, refreshed: bool) -> Result<Value> {
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
         let path = "/_bulk";
         let answer = self
             .send(
                 Method::Post,
                 path,
-                headers,
+                "application/x-ndjson",
                 &[("refresh", refreshed.to_string())],
                 Some(body),
             )
@@ -427,20 +470,6 @@ impl Cluster {
         };
         Ok((engine, version))
     }
-}
-
-/// Whether a transport error happened before anything was sent: the node refused or
-/// could not be reached to connect.
-fn not_connected(error: &elasticsearch::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        let text = cause.to_string().to_ascii_lowercase();
-        if text.contains("(connect)") || text.contains("connection refused") || text.contains("tcp connect") {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
 }
 
 /// A storage error for an unexpected answer, with the cluster's reason.

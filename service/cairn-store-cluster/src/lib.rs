@@ -24,8 +24,7 @@ use cairn_core::{
     TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, UserSummary, VectorQuery,
 };
 use chrono::{DateTime, Utc};
-use client::{Answer, Cluster, failure};
-use elasticsearch::http::Method;
+use client::{Answer, Cluster, Method, failure};
 use records::Hit;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};

@@ -10,10 +10,9 @@
 //! Elasticsearch or OpenSearch distribution).
 
 use crate::INDICES;
-use crate::client::{Cluster, Engine, failure};
+use crate::client::{Cluster, Engine, Method, failure};
 use cairn_core::bm25::index_terms;
 use cairn_core::{Error, Result};
-use elasticsearch::http::Method;
 use serde_json::{Value, json};
 
 const OPENSEARCH: &str = include_str!("../../../mappings/opensearch.json");

@@ -235,28 +235,16 @@ async fn a_replayed_batch_writes_nothing_twice() {
 /// checked against.)
 #[tokio::test]
 async fn the_index_analyzer_stems_as_scoring_does() {
-    use elasticsearch::http::Method;
-    use elasticsearch::http::headers::HeaderMap;
-    use elasticsearch::http::request::JsonBody;
-    use elasticsearch::http::transport::Transport;
     let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
         return;
     };
     store.bootstrap().await.expect("bootstrap");
     let words = cairn_store_tests::vocabulary();
-    let client = elasticsearch::Elasticsearch::new(Transport::single_node(&url).expect("transport"));
-    let path = format!("/{}-facts/_analyze", store.prefix());
-    let answer: serde_json::Value = client
-        .send(
-            Method::Post,
-            &path,
-            HeaderMap::new(),
-            Option::<&()>::None,
-            Some(JsonBody::new(
-                json!({ "analyzer": "cairn_text", "text": words.join(" ") }),
-            )),
-            None,
-        )
+    let path = format!("{url}/{}-facts/_analyze", store.prefix());
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(&path)
+        .json(&json!({ "analyzer": "cairn_text", "text": words.join(" ") }))
+        .send()
         .await
         .expect("analyze")
         .json()
