@@ -54,6 +54,16 @@ impl Error {
         }
     }
 
+    /// What went wrong, for an operator: the message, without the "storage unavailable"
+    /// prefix an `Unavailable` error's display adds (readiness reports and store
+    /// statuses report the reason itself).
+    pub fn detail(&self) -> String {
+        match self {
+            Error::Unavailable(reason) => reason.clone(),
+            other => other.to_string(),
+        }
+    }
+
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Invalid {
             field: field.into(),

@@ -242,10 +242,7 @@ async fn readyz(state: State) -> HttpResponse {
             tracing::warn!(error = %error, "store not ready");
             // What an operator must fix (credentials rejected, an unknown CA, the node
             // down); messages from the store never hold a secret.
-            let detail = match &error {
-                cairn_core::Error::Unavailable(reason) => reason.clone(),
-                other => other.to_string(),
-            };
+            let detail = error.detail();
             HttpResponse::ServiceUnavailable().json(json!({
                 "status": "unavailable",
                 "checks": { "store": "unreachable" },

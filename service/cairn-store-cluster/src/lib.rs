@@ -257,7 +257,7 @@ impl ClusterStore {
         let (engine, version) = match self.cluster.detect().await {
             Ok(found) => found,
             Err(error) => {
-                self.set_status(Status::Pending(reason_of(&error)));
+                self.set_status(Status::Pending(error.detail()));
                 return Err(error);
             }
         };
@@ -290,7 +290,7 @@ impl ClusterStore {
                 Err(error)
             }
             Err(error) => {
-                self.set_status(Status::Pending(reason_of(&error)));
+                self.set_status(Status::Pending(error.detail()));
                 Err(error)
             }
         }
@@ -604,15 +604,6 @@ impl ClusterStore {
 enum StateEdit<T> {
     Write(T),
     Keep(T),
-}
-
-/// The message of an error, without the "storage unavailable" prefix `Unavailable`
-/// adds again when the reason is reported.
-fn reason_of(error: &Error) -> String {
-    match error {
-        Error::Unavailable(reason) => reason.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// The state document of a scope that has none yet.
