@@ -335,6 +335,8 @@ impl Cluster {
         body: Option<String>,
     ) -> Result<Answer> {
         use std::sync::atomic::Ordering;
+        // Shared, so trying another node does not copy a bulk body.
+        let body = body.map(bytes::Bytes::from);
         let first = self.current.load(Ordering::Relaxed) % self.clients.len();
         let mut attempt = 0;
         let response = loop {
