@@ -136,6 +136,13 @@ pub fn prepare_cluster(store: ClusterStore, cairn: Cairn) -> tokio::task::JoinHa
                         analysis = report.analysis.describe(),
                         "search cluster ready"
                     );
+                    if !report.vectors_in_source.is_empty() {
+                        tracing::warn!(
+                            indices = %report.vectors_in_source.join(", "),
+                            "these indices keep vectors in _source (made by an earlier version), so recall reads \
+                             more per hit; export and import each user into a new index prefix to move them"
+                        );
+                    }
                     if let Err(error) = cairn.claim_embedding_space().await {
                         tracing::error!(error = %error, "the search cluster holds vectors of another embedding model");
                     }

@@ -173,6 +173,13 @@ fn bootstrap(config: &Config) -> anyhow::Result<()> {
                     report.backfilled
                 );
             }
+            if !report.vectors_in_source.is_empty() {
+                println!(
+                    "vectors kept in _source by {} (made by an earlier version): recall reads more per hit; \
+                     `cairn export` and `cairn import` of each user into a new CAIRN_INDEX_PREFIX move them to the current layout",
+                    report.vectors_in_source.join(", ")
+                );
+            }
             Ok(())
         }
     }

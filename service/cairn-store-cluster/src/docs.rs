@@ -16,8 +16,9 @@ fn optional(at: Option<DateTime<Utc>>) -> Value {
     at.map_or(Value::Null, |at| json!(micros(at)))
 }
 
+/// A record's vector in its stored form (see `vectors`).
 fn vector(embedding: Option<&Vec<f32>>) -> Value {
-    embedding.map_or(Value::Null, |values| json!(values))
+    embedding.map_or(Value::Null, |values| json!(crate::vectors::encode(values)))
 }
 
 pub fn timestamp(at: DateTime<Utc>) -> String {
@@ -56,7 +57,7 @@ pub fn episode(scope: &Scope, episode: &Episode, position: u64, context: Option<
             "occurred_at": micros(episode.occurred_at),
             "ingested_at": micros(episode.ingested_at),
             "position": position,
-            "embedding": vector(episode.embedding.as_ref()),
+            "vector": vector(episode.embedding.as_ref()),
             "timestamp": timestamp(episode.ingested_at),
         }),
     )
@@ -85,7 +86,7 @@ pub fn fact(scope: &Scope, fact: &Fact) -> Value {
             "expires_at": optional(fact.expires_at),
             "last_used_at": optional(fact.last_used_at),
             "use_count": fact.use_count,
-            "embedding": vector(fact.embedding.as_ref()),
+            "vector": vector(fact.embedding.as_ref()),
             "timestamp": timestamp(fact.created_at),
         }),
     )
@@ -108,7 +109,7 @@ pub fn playbook(scope: &Scope, playbook: &Playbook) -> Value {
             "updated_at": micros(playbook.updated_at),
             "last_used_at": optional(playbook.last_used_at),
             "use_count": playbook.use_count,
-            "embedding": vector(playbook.embedding.as_ref()),
+            "vector": vector(playbook.embedding.as_ref()),
             "timestamp": timestamp(playbook.updated_at),
         }),
     )

@@ -14,6 +14,7 @@ mod docs;
 pub mod mappings;
 pub mod query;
 mod records;
+mod vectors;
 
 pub use client::{Access, Credentials, Engine};
 
@@ -369,10 +370,11 @@ impl ClusterStore {
         kind: &str,
         id: &str,
         routing_key: &str,
-        body: Value,
+        mut body: Value,
         version: Option<(i64, i64)>,
         refreshed: bool,
     ) -> Result<Answer> {
+        vectors::indexable(&mut body)?;
         let index = self.index(kind);
         let mut query = vec![("routing", routing_key.to_owned())];
         if refreshed && !READ_BY_ID.contains(&kind) {
@@ -479,12 +481,13 @@ impl ClusterStore {
 
     /// [`ClusterStore::bulk`], refreshing or not (use counts need not be searchable at
     /// once, and a refresh per flush would cost every recall its caches).
-    async fn bulk_with(&self, lines: Vec<Value>, tolerated: &[u64], refreshed: bool) -> Result<Value> {
+    async fn bulk_with(&self, mut lines: Vec<Value>, tolerated: &[u64], refreshed: bool) -> Result<Value> {
         if lines.is_empty() {
             return Ok(Value::Null);
         }
         let mut body = String::new();
-        for line in &lines {
+        for line in &mut lines {
+            vectors::indexable(line)?;
             body.push_str(&line.to_string());
             body.push('\n');
         }

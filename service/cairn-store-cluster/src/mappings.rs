@@ -66,6 +66,9 @@ pub struct BootstrapReport {
     pub extended: Vec<String>,
     /// Documents written before their index had the stem fields, given them now.
     pub backfilled: u64,
+    /// Existing indices made before vectors left `_source` (see `vectors`): their
+    /// documents keep the float array too, so recall reads more of every hit.
+    pub vectors_in_source: Vec<String>,
     pub analysis: Analysis,
 }
 
@@ -141,10 +144,12 @@ pub fn template_with(
     Ok(template)
 }
 
-/// Elasticsearch 9.1 and later leave `dense_vector` values out of `_source` by default.
-/// Cairn reads vectors back and rewrites whole documents by compare-and-set, which
-/// would drop a vector missing from the source it read, so its indices keep them
-/// (`index.mapping.exclude_source_vectors: false`, a setting older versions refuse).
+/// Elasticsearch 9.1 and later leave `dense_vector` values out of `_source` by default
+/// and derive them on request. Cairn's templates say themselves what `_source` keeps
+/// (see `vectors`: the `vector` string, never the float array), and indices of earlier
+/// versions kept the float array, so its indices turn that default off
+/// (`index.mapping.exclude_source_vectors: false`, a setting older versions refuse):
+/// every engine stores exactly what the mapping says.
 pub fn keep_vectors_in_source(template: &mut Value, engine: Engine, version: &str) {
     let mut parts = version.split('.').map(|part| part.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
@@ -168,7 +173,7 @@ async fn backfill_terms(cluster: &Cluster, index: &str) -> Result<u64> {
     loop {
         let search = json!({
             "size": 500,
-            "_source": ["text", "context"],
+            "_source": ["text", "context", "vector"],
             "query": { "bool": { "must_not": { "exists": { "field": "terms" } } } }
         });
         let path = format!("/{index}/_search");
@@ -183,6 +188,12 @@ async fn backfill_terms(cluster: &Cluster, index: &str) -> Result<u64> {
             let mut update = json!({ "terms": index_terms(source["text"].as_str().unwrap_or_default()) });
             if let Some(context) = source["context"].as_str() {
                 update["context_terms"] = json!(index_terms(context));
+            }
+            // An update re-indexes the stored source merged with `doc`, and the stored
+            // source has no `embedding` (see `vectors`): it must come with the update.
+            if let Some(vector) = source.get("vector") {
+                update["vector"] = vector.clone();
+                crate::vectors::indexable(&mut update)?;
             }
             let action = json!({ "update": { "_index": index, "_id": hit.id, "routing": hit.routing()? } });
             body.push_str(&action.to_string());
@@ -303,12 +314,17 @@ pub async fn bootstrap(cluster: &Cluster, target: &Target<'_>) -> Result<Bootstr
         let mapping = cluster
             .expect(Method::Get, &format!("{path}/_mapping"), &[], None)
             .await?;
-        let actual = mapping
+        let actual_mappings = mapping
             .as_object()
             .and_then(|indices| indices.values().next())
-            .map(|index| index["mappings"]["properties"].clone())
+            .map(|index| index["mappings"].clone())
             .unwrap_or(Value::Null);
-        let (missing, found) = compare(&template["template"]["mappings"]["properties"], &actual);
+        let actual = &actual_mappings["properties"];
+        let wanted_excludes = &template["template"]["mappings"]["_source"]["excludes"];
+        if wanted_excludes.is_array() && actual_mappings["_source"]["excludes"] != *wanted_excludes {
+            report.vectors_in_source.push(name.clone());
+        }
+        let (missing, found) = compare(&template["template"]["mappings"]["properties"], actual);
         if !found.is_empty() {
             problems.push(format!("{name}: {}", found.join(", ")));
             continue;

@@ -71,13 +71,13 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
     conditions
 }
 
-/// What a search reads of each hit: never the indexed stems, and the embedding (about
-/// 8 KB of JSON at 384 dimensions) only when the caller needs vectors.
+/// What a search reads of each hit: never the indexed stems, and the vector (`vector`,
+/// or `embedding` in indices made before it) only when the caller needs vectors.
 fn read_fields(filter: &SearchFilter) -> Value {
     if filter.with_vectors {
         json!({ "excludes": ["terms", "context_terms"] })
     } else {
-        json!({ "excludes": ["terms", "context_terms", "embedding"] })
+        json!({ "excludes": ["terms", "context_terms", "embedding", "vector"] })
     }
 }
 

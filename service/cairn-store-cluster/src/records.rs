@@ -149,6 +149,9 @@ pub struct EpisodeDoc {
     occurred_at: i64,
     ingested_at: i64,
     position: u64,
+    #[serde(default)]
+    vector: Option<String>,
+    #[serde(default)]
     embedding: Option<Vec<f32>>,
 }
 
@@ -162,7 +165,7 @@ impl EpisodeDoc {
                 id: self.id,
                 session_id: self.session_id,
                 text: self.text,
-                embedding: self.embedding,
+                embedding: crate::vectors::stored(self.vector, self.embedding)?,
             },
         ))
     }
@@ -187,6 +190,9 @@ pub struct FactDoc {
     expires_at: Option<i64>,
     last_used_at: Option<i64>,
     use_count: u64,
+    #[serde(default)]
+    vector: Option<String>,
+    #[serde(default)]
     embedding: Option<Vec<f32>>,
 }
 
@@ -214,7 +220,7 @@ impl TryFrom<FactDoc> for Fact {
             superseded_by: doc.superseded_by,
             retraction_reason: doc.retraction_reason,
             use_count: doc.use_count,
-            embedding: doc.embedding,
+            embedding: crate::vectors::stored(doc.vector, doc.embedding)?,
         })
     }
 }
@@ -232,6 +238,9 @@ pub struct PlaybookDoc {
     updated_at: i64,
     last_used_at: Option<i64>,
     use_count: u64,
+    #[serde(default)]
+    vector: Option<String>,
+    #[serde(default)]
     embedding: Option<Vec<f32>>,
 }
 
@@ -251,7 +260,7 @@ impl TryFrom<PlaybookDoc> for Playbook {
             success_count: doc.success_count,
             failure_count: doc.failure_count,
             use_count: doc.use_count,
-            embedding: doc.embedding,
+            embedding: crate::vectors::stored(doc.vector, doc.embedding)?,
         })
     }
 }

@@ -876,7 +876,8 @@ pub async fn racing_outcomes_all_count_and_commits_leave_nothing_to_recover(stor
 
 pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
     let alice = scope("acme", "alice");
-    let record = fact("The user likes jazz", Utc::now());
+    let mut record = fact("The user likes jazz", Utc::now());
+    record.embedding = Some(unit(&[0.6, 0.8, 0.0]));
     insert(store.as_ref(), &alice, &record).await;
     let later = Utc::now();
     let uses = |count, last_used_at| {
@@ -912,6 +913,13 @@ pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
     assert_eq!(
         used.last_used_at.map(|at| at.timestamp_micros()),
         Some(later.timestamp_micros())
+    );
+    // Counting rewrites the record as it was read: its vector stays, readable and found.
+    assert_eq!(used.embedding, record.embedding);
+    let query = unit(&[0.6, 0.8, 0.0]);
+    assert_eq!(
+        nearest_in(store.as_ref(), &alice, Tier::Semantic, &query, false).await,
+        vec![record.id.clone()]
     );
 }
 

@@ -167,6 +167,107 @@ async fn bootstrap_gives_older_documents_their_stems() {
     }
 }
 
+/// An index made before vectors left `_source` (no `_source.excludes`, no `vector`
+/// field) keeps working: bootstrap adds `vector` and names the index, its vectors read
+/// back, and a rewrite (a use count) keeps the record in the kNN index, on both engines.
+#[tokio::test]
+async fn indices_that_keep_vectors_in_source_keep_working() {
+    use cairn_core::{MemoryStore, SearchFilter, Tier, UseCount, VectorQuery};
+    use cairn_store_cluster::mappings;
+    for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
+        let Some((url, store, _cleanup)) = super::unprepared(variable).await else {
+            continue;
+        };
+        let index = format!("{}-facts", store.prefix());
+        let mut template = mappings::template_with(
+            store.engine(),
+            store.prefix(),
+            "facts",
+            3,
+            mappings::Analysis::Standard,
+        )
+        .expect("template");
+        mappings::keep_vectors_in_source(&mut template, store.engine(), &store.version());
+        let mut earlier = template["template"].clone();
+        let layout = earlier["mappings"].as_object_mut().expect("mappings");
+        assert!(
+            layout.remove("_source").is_some(),
+            "the template leaves vectors out of _source"
+        );
+        assert!(
+            layout["properties"]
+                .as_object_mut()
+                .expect("properties")
+                .remove("vector")
+                .is_some()
+        );
+        assert!(
+            reqwest_free_put(&url, &index, earlier).await,
+            "{variable}: earlier index created"
+        );
+        let fact = json!({
+            "tenant": "acme", "user": "alice", "id": "f-vec", "fact_type": "preference",
+            "text": "The user likes green tea", "terms": ["user", "like", "green", "tea"],
+            "status": "active", "confidence": 0.9, "source_episode_ids": [],
+            "created_at": 1_700_000_000_000_000_i64, "use_count": 0, "embedding": [0.6, 0.8, 0.0]
+        });
+        let written = raw_put(
+            &url,
+            &format!("/{index}/_doc/f-vec?routing=acme&refresh=true"),
+            fact,
+        )
+        .await;
+        assert_eq!(written, Some(201), "{variable}: older fact written");
+
+        let report = store.bootstrap().await.expect("bootstrap");
+        assert_eq!(report.vectors_in_source, vec![index.clone()], "{variable}");
+        assert_eq!(report.extended, vec![index.clone()], "{variable}: vector added");
+        let scope = cairn_store_tests::scope("acme", "alice");
+        let read = store
+            .get_fact(&scope, "f-vec")
+            .await
+            .expect("get")
+            .expect("present");
+        assert_eq!(read.embedding, Some(vec![0.6, 0.8, 0.0]), "{variable}");
+        let usage = UseCount {
+            id: "f-vec".into(),
+            count: 2,
+            last_used_at: chrono::Utc::now(),
+        };
+        store.record_usage(&scope, &[usage]).await.expect("usage");
+        let query = VectorQuery {
+            filter: SearchFilter {
+                tier: Tier::Semantic,
+                as_of: chrono::Utc::now(),
+                include_history: false,
+                fact_types: Vec::new(),
+                session_id: None,
+                limit: 5,
+                with_vectors: true,
+            },
+            vector: vec![0.6, 0.8, 0.0],
+        };
+        // Use counts are not refreshed at once; the next refresh shows the rewrite.
+        let mut hits = Vec::new();
+        for _ in 0..40 {
+            hits = store.search_vector(&scope, &query).await.expect("knn");
+            if hits.first().is_some_and(
+                |hit| matches!(&hit.memory, cairn_core::Memory::Fact(fact) if fact.use_count == 2),
+            ) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let Some(cairn_core::Memory::Fact(found)) = hits.first().map(|hit| &hit.memory) else {
+            panic!("{variable}: the rewritten fact is still in the kNN index: {hits:?}");
+        };
+        assert_eq!((found.id.as_str(), found.use_count), ("f-vec", 2), "{variable}");
+        assert_eq!(found.embedding, Some(vec![0.6, 0.8, 0.0]), "{variable}");
+        let again = store.bootstrap().await.expect("bootstrap again");
+        assert_eq!(again.vectors_in_source, vec![index], "{variable}: still reported");
+    }
+}
+
 #[tokio::test]
 async fn a_replayed_batch_writes_nothing_twice() {
     use cairn_core::{
