@@ -248,39 +248,41 @@ impl Cairn {
                 with_vectors: false,
             })
             .collect();
-        // A leg with no weight cannot change the ranking, so it is not run.
-        let text_legs = futures_util::future::try_join_all(filters.iter().map(|filter| async {
+        // A leg with no weight cannot change the ranking, so it is not run. The store
+        // gets every text leg at once and every vector leg at once (a cluster sends each
+        // group as one request).
+        let text_legs = async {
             if weights.0 > 0.0 {
-                let text_query = TextQuery {
-                    context_weight: self.settings.episode_context_weight,
-                    ..TextQuery::new(filter.clone(), query.clone())
-                };
-                self.store.search_text(scope, &text_query).await
+                let queries: Vec<TextQuery> = filters
+                    .iter()
+                    .map(|filter| TextQuery {
+                        context_weight: self.settings.episode_context_weight,
+                        ..TextQuery::new(filter.clone(), query.clone())
+                    })
+                    .collect();
+                self.store.search_texts(scope, &queries).await
             } else {
-                Ok(Vec::new())
+                Ok(vec![Vec::new(); filters.len()])
             }
-        }));
+        };
         let vector_legs = async {
             let vector = match &self.embedder {
                 Some(embedder) if weights.1 > 0.0 => embedder.embed(vec![query.clone()]).await?.pop(),
                 Some(_) | None => None,
             };
-            futures_util::future::try_join_all(filters.iter().map(|filter| {
-                let vector = vector.clone();
-                async move {
-                    match vector {
-                        Some(vector) => {
-                            let vector_query = VectorQuery {
-                                filter: filter.clone(),
-                                vector,
-                            };
-                            self.store.search_vector(scope, &vector_query).await
-                        }
-                        None => Ok(Vec::new()),
-                    }
+            match vector {
+                Some(vector) => {
+                    let queries: Vec<VectorQuery> = filters
+                        .iter()
+                        .map(|filter| VectorQuery {
+                            filter: filter.clone(),
+                            vector: vector.clone(),
+                        })
+                        .collect();
+                    self.store.search_vectors(scope, &queries).await
                 }
-            }))
-            .await
+                None => Ok(vec![Vec::new(); filters.len()]),
+            }
         };
         let (text_legs, vector_legs) = futures_util::future::try_join(text_legs, vector_legs).await?;
         let mut fused: HashMap<String, (Memory, Explanation)> = HashMap::new();

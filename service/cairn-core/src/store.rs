@@ -336,6 +336,18 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// at `as_of`; `score` is the cosine similarity, best first.
     async fn search_vector(&self, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>>;
 
+    /// [`MemoryStore::search_text`] for several queries of one recall, the hits of each
+    /// in order. Runs them concurrently, unless a backend sends them together.
+    async fn search_texts(&self, scope: &Scope, queries: &[TextQuery]) -> Result<Vec<Vec<TextHit>>> {
+        futures_util::future::try_join_all(queries.iter().map(|query| self.search_text(scope, query))).await
+    }
+
+    /// [`MemoryStore::search_vector`] for several queries of one recall, like
+    /// [`MemoryStore::search_texts`].
+    async fn search_vectors(&self, scope: &Scope, queries: &[VectorQuery]) -> Result<Vec<Vec<TextHit>>> {
+        futures_util::future::try_join_all(queries.iter().map(|query| self.search_vector(scope, query))).await
+    }
+
     /// Records which embedding model and dimension the stored vectors use, or checks
     /// that they match what was recorded before (a mismatch is an error: vectors of two
     /// models cannot be compared).

@@ -446,6 +446,50 @@ impl Cluster {
         }
     }
 
+    /// An `_msearch` request (newline-delimited header and body lines): one answer per
+    /// search, in order, each with its own `status`. A search that failed is a storage
+    /// error naming its index (unavailable, when its shards were).
+    pub async fn msearch(&self, body: String, indices: &[String]) -> Result<Vec<Value>> {
+        let path = "/_msearch";
+        let mut answer = self
+            .send(Method::Post, path, "application/x-ndjson", &[], Some(body))
+            .await?;
+        if !answer.ok() {
+            return Err(failure(path, &answer));
+        }
+        let Value::Array(responses) = answer.body["responses"].take() else {
+            return Err(Error::Storage(format!("{path}: no responses in the answer")));
+        };
+        if responses.len() != indices.len() {
+            return Err(Error::Storage(format!(
+                "{path}: {} answers to {} searches",
+                responses.len(),
+                indices.len()
+            )));
+        }
+        responses
+            .into_iter()
+            .zip(indices)
+            .map(|(response, index)| {
+                if response["error"].is_null() {
+                    return Ok(response);
+                }
+                let status = response["status"].as_u64().unwrap_or(500) as u16;
+                let one = Answer {
+                    status,
+                    body: response,
+                    elastic: answer.elastic,
+                };
+                match failure(&format!("/{index}/_search"), &one) {
+                    Error::Storage(message) if matches!(status, 502..=504) => {
+                        Err(Error::Unavailable(message))
+                    }
+                    error => Err(error),
+                }
+            })
+            .collect()
+    }
+
     /// The engine and version of the node that answers. `GET /` is not used: the bare
     /// distributions answer it 405, and a restricted user may not read it. The local
     /// node's info is: Elasticsearch marks its answers with `X-elastic-product` (7.14

@@ -468,6 +468,26 @@ impl ClusterStore {
         }
     }
 
+    /// Searches of one scope sent together in one `_msearch`, each `(kind, body)` and
+    /// routed by the scope's tenant: the answer of each, in order.
+    async fn scoped_searches(&self, scope: &Scope, searches: Vec<(&str, Value)>) -> Result<Vec<Value>> {
+        if searches.is_empty() {
+            return Ok(Vec::new());
+        }
+        let routing = scope.tenant().as_str();
+        let mut body = String::new();
+        let mut indices = Vec::with_capacity(searches.len());
+        for (kind, search) in searches {
+            let index = self.index(kind);
+            body.push_str(&json!({ "index": index, "routing": routing }).to_string());
+            body.push('\n');
+            body.push_str(&search.to_string());
+            body.push('\n');
+            indices.push(index);
+        }
+        self.cluster.msearch(body, &indices).await
+    }
+
     async fn scoped_search(&self, scope: &Scope, kind: &str, body: Value) -> Result<Vec<Hit>> {
         records::hits(&self.search(kind, Some(scope.tenant().as_str()), body).await?)
     }
@@ -652,6 +672,54 @@ fn tier_index(tier: Tier) -> &'static str {
     }
 }
 
+/// A text leg's hits from its search answer: the candidates rescored by BM25 over the
+/// scope's own statistics (the answer's `scope` aggregation), best first.
+fn text_hits(query: &TextQuery, terms: &[bm25::Term], answer: &Value) -> Result<Vec<TextHit>> {
+    let tier = query.filter.tier;
+    let found = records::hits(answer)?;
+    let counted = &answer["aggregations"]["scope"]["in_scope"];
+    let statistics = ScopeStatistics {
+        documents: counted["doc_count"].as_u64().unwrap_or(0),
+        containing: (0..terms.len())
+            .map(|index| {
+                counted["terms"]["buckets"][index]["doc_count"]
+                    .as_u64()
+                    .unwrap_or(0)
+            })
+            .collect(),
+    };
+    let context_weight = if query.searches_context() {
+        Some(query.context_weight)
+    } else {
+        None
+    };
+    let fields: Vec<bm25::Fields<'_>> = found
+        .iter()
+        .map(|hit| {
+            let source = &hit.source;
+            let mut fields = vec![(source["text"].as_str().unwrap_or(""), 1.0)];
+            if let (Some(weight), Some(context)) = (context_weight, source["context"].as_str()) {
+                fields.push((context, weight));
+            }
+            fields
+        })
+        .collect();
+    let scores = bm25::scores(terms, &statistics, &fields);
+    let mut hits = found
+        .iter()
+        .zip(scores)
+        .map(|(hit, score)| {
+            Ok(TextHit {
+                memory: memory_of(tier, &hit.source)?,
+                score,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // Stable: candidates that score alike keep the index's order.
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ok(hits)
+}
+
 #[async_trait::async_trait]
 impl MemoryStore for ClusterStore {
     async fn ping(&self) -> Result<()> {
@@ -813,81 +881,80 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
-        self.ready()?;
-        let terms = bm25::query_terms(&query.text);
-        let Some(body) = query::text_search(scope, query, &terms) else {
-            return Ok(Vec::new());
-        };
-        let tier = query.filter.tier;
-        let kind = tier_index(tier);
-        let (found, counted) = tokio::try_join!(
-            self.scoped_search(scope, kind, body),
-            self.search(
-                kind,
-                Some(scope.tenant().as_str()),
-                query::term_statistics(scope, query, &terms),
-            ),
-        )?;
-        let statistics = ScopeStatistics {
-            documents: counted["hits"]["total"]["value"].as_u64().unwrap_or(0),
-            containing: (0..terms.len())
-                .map(|index| {
-                    counted["aggregations"]["terms"]["buckets"][index]["doc_count"]
-                        .as_u64()
-                        .unwrap_or(0)
-                })
-                .collect(),
-        };
-        let context_weight = if query.searches_context() {
-            Some(query.context_weight)
-        } else {
-            None
-        };
-        let fields: Vec<bm25::Fields<'_>> = found
-            .iter()
-            .map(|hit| {
-                let source = &hit.source;
-                let mut fields = vec![(source["text"].as_str().unwrap_or(""), 1.0)];
-                if let (Some(weight), Some(context)) = (context_weight, source["context"].as_str()) {
-                    fields.push((context, weight));
-                }
-                fields
-            })
-            .collect();
-        let scores = bm25::scores(&terms, &statistics, &fields);
-        let mut hits = found
-            .iter()
-            .zip(scores)
-            .map(|(hit, score)| {
-                Ok(TextHit {
-                    memory: memory_of(tier, &hit.source)?,
-                    score,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        // Stable: candidates that score alike keep the index's order.
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        Ok(hits)
+        let mut legs = self.search_texts(scope, std::slice::from_ref(query)).await?;
+        Ok(legs.pop().unwrap_or_default())
     }
 
     async fn search_vector(&self, scope: &Scope, query: &VectorQuery) -> Result<Vec<TextHit>> {
+        let mut legs = self.search_vectors(scope, std::slice::from_ref(query)).await?;
+        Ok(legs.pop().unwrap_or_default())
+    }
+
+    /// Every text leg in one `_msearch`; each search also counts the scope's term
+    /// statistics that score its candidates.
+    async fn search_texts(&self, scope: &Scope, queries: &[TextQuery]) -> Result<Vec<Vec<TextHit>>> {
         self.ready()?;
-        let tier = query.filter.tier;
-        let body = query::vector_search(self.engine, scope, &query.filter, &query.vector);
-        let mut found = self
-            .scoped_search(scope, tier_index(tier), body)
-            .await?
+        let terms: Vec<Vec<bm25::Term>> = queries
             .iter()
-            .map(|hit| {
-                Ok(TextHit {
-                    memory: memory_of(tier, &hit.source)?,
-                    // Both engines score cosine as (1 + cos) / 2.
-                    score: 2.0 * hit.score()? - 1.0,
-                })
+            .map(|query| bm25::query_terms(&query.text))
+            .collect();
+        let bodies: Vec<Option<Value>> = queries
+            .iter()
+            .zip(&terms)
+            .map(|(query, terms)| query::text_search(scope, query, terms))
+            .collect();
+        let searches = queries
+            .iter()
+            .zip(&bodies)
+            .filter_map(|(query, body)| Some((tier_index(query.filter.tier), body.clone()?)))
+            .collect();
+        let mut answers = self.scoped_searches(scope, searches).await?.into_iter();
+        queries
+            .iter()
+            .zip(&terms)
+            .zip(&bodies)
+            .map(|((query, terms), body)| match body {
+                None => Ok(Vec::new()),
+                Some(_) => {
+                    let answer = answers
+                        .next()
+                        .ok_or_else(|| Error::Storage("_msearch: an answer is missing".into()))?;
+                    text_hits(query, terms, &answer)
+                }
             })
-            .collect::<Result<Vec<_>>>()?;
-        found.sort_by(|a, b| b.score.total_cmp(&a.score));
-        Ok(found)
+            .collect()
+    }
+
+    /// Every vector leg in one `_msearch`.
+    async fn search_vectors(&self, scope: &Scope, queries: &[VectorQuery]) -> Result<Vec<Vec<TextHit>>> {
+        self.ready()?;
+        let searches = queries
+            .iter()
+            .map(|query| {
+                let body = query::vector_search(self.engine, scope, &query.filter, &query.vector);
+                (tier_index(query.filter.tier), body)
+            })
+            .collect();
+        let answers = self.scoped_searches(scope, searches).await?;
+        queries
+            .iter()
+            .zip(answers)
+            .map(|(query, answer)| {
+                let tier = query.filter.tier;
+                let mut found = records::hits(&answer)?
+                    .iter()
+                    .map(|hit| {
+                        Ok(TextHit {
+                            memory: memory_of(tier, &hit.source)?,
+                            // Both engines score cosine as (1 + cos) / 2.
+                            score: 2.0 * hit.score()? - 1.0,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                found.sort_by(|a, b| b.score.total_cmp(&a.score));
+                Ok(found)
+            })
+            .collect()
     }
 
     async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()> {

@@ -82,9 +82,10 @@ fn read_fields(filter: &SearchFilter) -> Value {
 }
 
 /// The candidates of a text search: any of the query's stems among a record's indexed
-/// stems (`terms`, and an episode's `context_terms`: see `bm25::index_terms`), inside the tier's scope and currency filter, ranked by the index. Their
-/// scores are computed afresh from the scope's own statistics ([`term_statistics`]).
-/// `None` without a searchable term.
+/// stems (`terms`, and an episode's `context_terms`: see `bm25::index_terms`), inside
+/// the tier's scope and currency filter, ranked by the index. Their scores are computed
+/// afresh from the scope's own statistics ([`term_statistics`], counted by the same
+/// request). `None` without a searchable term.
 pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Option<Value> {
     let filter = &query.filter;
     if terms.is_empty() {
@@ -98,12 +99,15 @@ pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Option<V
         "query": { "bool": {
             "filter": restrictions(scope, filter),
             "must": matching(query, stems.join(" "))
-        } }
+        } },
+        "aggs": { "scope": term_statistics(scope, query, terms) }
     }))
 }
 
-/// The scope's documents in a tier (the exact total) and, per term, how many of them
-/// hold it in the searched fields: a filter aggregation per term under the scope filter.
+/// The aggregation a text search carries for its scores: the scope's documents in a
+/// tier and, per term, how many of them hold it in the searched fields. `global` leaves
+/// the search's own query behind (the routed shard holds the whole tenant), and the
+/// scope filter under it counts the scope's records alone.
 pub fn term_statistics(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Value {
     let fields: &[&str] = if query.searches_context() {
         &["terms", "context_terms"]
@@ -115,10 +119,11 @@ pub fn term_statistics(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Valu
         .map(|term| json!({ "multi_match": { "query": term.stem, "fields": fields } }))
         .collect();
     json!({
-        "size": 0,
-        "track_total_hits": true,
-        "query": { "bool": { "filter": scope_filter(scope) } },
-        "aggs": { "terms": { "filters": { "filters": per_term } } }
+        "global": {},
+        "aggs": { "in_scope": {
+            "filter": { "bool": { "filter": scope_filter(scope) } },
+            "aggs": { "terms": { "filters": { "filters": per_term } } }
+        } }
     })
 }
 

@@ -47,6 +47,7 @@ macro_rules! conformance_suite {
             text_scores_use_only_the_scopes_statistics,
             users_are_listed_per_tenant,
             search_hits_carry_vectors_when_asked,
+            legs_searched_together_answer_as_alone,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -2401,6 +2402,81 @@ pub async fn search_hits_carry_vectors_when_asked(store: Arc<dyn MemoryStore>) {
         };
         assert_eq!(found.embedding, record.embedding);
     }
+}
+
+/// A recall's legs sent together (`search_texts`, `search_vectors`) answer exactly as
+/// each alone, in order, a query without a searchable word included, and see nothing
+/// of another scope.
+pub async fn legs_searched_together_answer_as_alone(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let at = Utc::now() - Duration::minutes(1);
+    let mut jazz = fact("The user likes jazz records", at);
+    jazz.embedding = Some(unit(&[1.0, 0.0, 0.0]));
+    insert(store.as_ref(), &alice, &jazz).await;
+    let mut elsewhere = fact("The user likes jazz too", at);
+    elsewhere.embedding = Some(unit(&[1.0, 0.0, 0.0]));
+    insert(store.as_ref(), &scope("acme", "bob"), &elsewhere).await;
+    let mut said = episode("I listened to jazz records all evening", at);
+    said.embedding = Some(unit(&[0.9, 0.1, 0.0]));
+    ingest_episodes(store.as_ref(), &alice, vec![said]).await;
+    let mut procedure = playbook(at);
+    procedure.embedding = Some(unit(&[0.5, 0.5, 0.0]));
+    let create = ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(procedure));
+    store.commit(&alice, create).await.expect("playbook");
+
+    let filter = |tier| SearchFilter {
+        tier,
+        as_of: Utc::now(),
+        include_history: false,
+        fact_types: Vec::new(),
+        session_id: None,
+        limit: 10,
+        with_vectors: false,
+    };
+    let tiers = [Tier::Semantic, Tier::Episodic, Tier::Procedural];
+    let mut texts: Vec<TextQuery> = tiers
+        .iter()
+        .map(|tier| TextQuery::new(filter(*tier), "jazz records"))
+        .collect();
+    texts.insert(1, TextQuery::new(filter(Tier::Semantic), "?!"));
+    let together = store.search_texts(&alice, &texts).await.expect("text legs");
+    assert_eq!(together.len(), texts.len());
+    let summary = |hits: &[cairn_core::TextHit]| -> Vec<(String, String)> {
+        hits.iter()
+            .map(|hit| (hit.memory.id().to_owned(), format!("{:.6}", hit.score)))
+            .collect()
+    };
+    for (query, hits) in texts.iter().zip(&together) {
+        let alone = store.search_text(&alice, query).await.expect("text leg");
+        assert_eq!(
+            summary(hits),
+            summary(&alone),
+            "{:?} {}",
+            query.filter.tier,
+            query.text
+        );
+    }
+    assert_eq!(together[0].len(), 1, "alice's fact alone");
+    assert_eq!(together[0][0].memory.id(), jazz.id);
+    assert!(together[1].is_empty(), "no searchable word, no hits");
+    assert_eq!(together[2].len(), 1, "the episode");
+
+    let vectors: Vec<VectorQuery> = tiers
+        .iter()
+        .map(|tier| VectorQuery {
+            filter: filter(*tier),
+            vector: unit(&[1.0, 0.0, 0.0]),
+        })
+        .collect();
+    let together = store.search_vectors(&alice, &vectors).await.expect("vector legs");
+    assert_eq!(together.len(), vectors.len());
+    for (query, hits) in vectors.iter().zip(&together) {
+        let alone = store.search_vector(&alice, query).await.expect("vector leg");
+        assert_eq!(summary(hits), summary(&alone), "{:?}", query.filter.tier);
+        assert_eq!(hits.len(), 1, "{:?}: one record of alice's", query.filter.tier);
+    }
+    assert_eq!(together[0][0].memory.id(), jazz.id);
+    assert!(store.search_texts(&alice, &[]).await.expect("none").is_empty());
 }
 
 #[cfg(test)]

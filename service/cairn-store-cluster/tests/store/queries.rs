@@ -59,9 +59,13 @@ fn text_queries_filter_scope_and_currency() {
         body["query"]["bool"]["must"]["match"]["terms"]["query"], "sneaker",
         "the index is searched by Cairn's stems"
     );
-    let counted = query::term_statistics(&scope, &without_context, &sneakers);
+    let counted = &body["aggs"]["scope"];
     assert_eq!(
-        counted["aggs"]["terms"]["filters"]["filters"][0]["multi_match"]["fields"],
+        counted,
+        &query::term_statistics(&scope, &without_context, &sneakers)
+    );
+    assert_eq!(
+        counted["aggs"]["in_scope"]["aggs"]["terms"]["filters"]["filters"][0]["multi_match"]["fields"],
         serde_json::json!(["terms"])
     );
 }
