@@ -346,6 +346,8 @@ impl Cairn {
                 value.to_owned(),
             )
         };
+        // The restatement may be the ingest just before this write.
+        self.store.make_ingests_searchable().await?;
         let found = self.store.search_text(scope, &query).await?;
         Ok(found
             .into_iter()

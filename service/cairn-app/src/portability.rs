@@ -605,6 +605,8 @@ impl Cairn {
             limit: 1,
             cursor: None,
         };
+        // An ingest that just answered counts.
+        self.store.make_ingests_searchable().await?;
         let holds_memory = !self.store.list_episodes(scope, &one).await?.items.is_empty()
             || !self
                 .store

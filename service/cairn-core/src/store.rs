@@ -329,6 +329,14 @@ pub trait MemoryStore: Send + Sync + 'static {
 
     async fn list_playbooks(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Playbook>>;
 
+    /// Makes every ingest so far searchable. On the embedded store every commit is
+    /// searchable when it answers; a search cluster does not refresh its indices for an
+    /// ingest (its episodes are readable by id at once, and searchable within the index
+    /// refresh interval), and this refreshes them now.
+    async fn make_ingests_searchable(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// BM25 full-text search in one tier, scope and currency applied inside the query.
     async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>>;
 

@@ -3,7 +3,9 @@
 //! agree, the cited evidence is still stored) is read and checked before anything is
 //! written, and turned into the conditional updates the commit makes (see `commit`).
 
-use crate::{ClusterStore, Update, Versioned, docs, fresh_state, query, records, require_status, state_id};
+use crate::client::Method;
+use crate::records::Hit;
+use crate::{ClusterStore, Update, Versioned, docs, fresh_state, records, require_status, state_id};
 use cairn_core::text::fingerprint;
 use cairn_core::{Change, Error, FactStatus, MemoryStore, Result, Scope};
 use serde_json::{Value, json};
@@ -195,17 +197,24 @@ impl ClusterStore {
         if episode_ids.is_empty() {
             return Ok(());
         }
-        let mut body = query::scoped(
-            scope,
-            vec![json!({ "terms": { "id": episode_ids } })],
-            None,
-            episode_ids.len(),
-        );
-        body["_source"] = json!(["id"]);
-        let found: HashSet<String> = self
-            .scoped_search(scope, "episodes", body)
-            .await?
+        // By id (a realtime multi-get): an ingest is not refreshed, and its episodes are
+        // evidence the moment it answers.
+        let index = self.index("episodes");
+        let docs: Vec<Value> = episode_ids
             .iter()
+            .map(|id| {
+                json!({ "_index": index, "_id": id, "routing": scope.tenant().as_str(),
+                              "_source": ["tenant", "user", "id"] })
+            })
+            .collect();
+        let answer = self
+            .cluster
+            .expect(Method::Post, "/_mget", &[], Some(json!({ "docs": docs })))
+            .await?;
+        let hits: Vec<Hit> = records::parse("multi-get answer docs", &answer["docs"])?;
+        let found: HashSet<String> = hits
+            .iter()
+            .filter(|hit| hit.found == Some(true) && docs::in_scope(scope, &hit.source))
             .map(|hit| hit.read::<records::IdOnly>().map(|doc| doc.id))
             .collect::<Result<_>>()?;
         match episode_ids.iter().find(|id| !found.contains(id.as_str())) {

@@ -335,6 +335,7 @@ impl Cluster {
         body: Option<String>,
     ) -> Result<Answer> {
         use std::sync::atomic::Ordering;
+        let started = std::time::Instant::now();
         // Shared, so trying another node does not copy a bulk body.
         let body = body.map(bytes::Bytes::from);
         let first = self.current.load(Ordering::Relaxed) % self.clients.len();
@@ -372,6 +373,13 @@ impl Cluster {
             .text()
             .await
             .map_err(|error| self.transport_error(&error))?;
+        tracing::debug!(
+            method = method.http().as_str(),
+            path,
+            status,
+            micros = started.elapsed().as_micros() as u64,
+            "search cluster request"
+        );
         let body = if text.trim().is_empty() {
             Value::Null
         } else {

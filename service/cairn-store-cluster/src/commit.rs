@@ -25,7 +25,7 @@
 //! can no longer reach its commit point, and puts back its own updates.
 
 use crate::client::failure;
-use crate::{ClusterStore, Hit, PAGE, Update, docs, query, records};
+use crate::{ClusterStore, PAGE, Update, Versioned, docs, query, records};
 use cairn_core::{Change, ChangeSet, Error, Result, Scope, TenantId, UserId};
 use chrono::Utc;
 use serde::Deserialize;
@@ -51,8 +51,17 @@ struct Plan {
     lines: Vec<Value>,
     /// Stored episodes (by id) that get the text of the episode after them as context.
     contexts: Vec<(String, String)>,
+    /// The same context changes as versioned bulk lines, for the stored episodes that
+    /// planning read by id: the commit writes them with its inserts (a conflict leaves
+    /// the context as it is; it is ranking help only). Not journaled: recovery applies
+    /// `contexts` from a fresh read.
+    context_lines: Vec<Value>,
     /// Deletions after the inserts: `{"erase_fact": id}` or `{"complete_jobs": [ids]}`.
     deferred: Vec<Value>,
+    /// Whether the inserts are searchable when the commit answers (`refresh=true`). An
+    /// ingest is not refreshed: its episodes are read by id at once and searched within
+    /// the refresh interval; consolidation and erasure refresh what they search.
+    refresh: bool,
 }
 
 impl Plan {
@@ -78,7 +87,8 @@ impl Plan {
             .iter()
             .map(|(id, next)| json!({ "id": id, "next": next }))
             .collect();
-        json!({ "updates": updates, "lines": self.lines, "contexts": contexts, "deferred": self.deferred })
+        json!({ "updates": updates, "lines": self.lines, "contexts": contexts, "deferred": self.deferred,
+                "refresh": self.refresh })
     }
 }
 
@@ -141,7 +151,8 @@ impl ClusterStore {
         match journal.source["phase"].as_str() {
             Some(COMMITTED) => {
                 let scope = journal_scope(&journal.source)?;
-                self.roll_forward(&scope, &journal.source["plan"]).await?;
+                self.roll_forward(&scope, &journal.source["plan"], Vec::new())
+                    .await?;
             }
             Some(PREPARED) => {
                 let mut aborted = journal.source.clone();
@@ -203,23 +214,33 @@ impl ClusterStore {
                 return Err(failure("commits", &marked));
             }
         }
-        self.roll_forward(scope, &journal["plan"]).await?;
+        self.roll_forward(scope, &journal["plan"], plan.context_lines)
+            .await?;
         self.delete_doc("commits", &id, tenant, None, false).await?;
         Ok(Applied::Done)
     }
 
     /// Writes a committed plan's inserts, contexts and deletions; every step is
     /// idempotent, so a recovery may repeat what the commit already did.
-    async fn roll_forward(&self, scope: &Scope, plan: &Value) -> Result<()> {
+    /// `context_lines` are contexts already made into versioned writes (see [`Plan`]);
+    /// recovery has none and reads each stored episode afresh.
+    async fn roll_forward(&self, scope: &Scope, plan: &Value, context_lines: Vec<Value>) -> Result<()> {
         let tenant = scope.tenant().as_str();
-        // Contexts first, unrefreshed: the refreshed bulk below makes them visible with
-        // the inserts, one refresh for the whole plan.
+        let prepared: std::collections::HashSet<String> = context_lines
+            .iter()
+            .filter_map(|line| line["index"]["_id"].as_str().map(str::to_owned))
+            .collect();
+        // Contexts first, unrefreshed: they show with the inserts below.
         for context in plan["contexts"].as_array().into_iter().flatten() {
             let context: ContextStep = records::parse("commit journal context", context)?;
-            self.append_context(tenant, &context.id, &context.next).await?;
+            if !prepared.contains(&context.id) {
+                self.append_context(tenant, &context.id, &context.next).await?;
+            }
         }
-        let lines = plan["lines"].as_array().cloned().unwrap_or_default();
-        self.bulk(lines, &[409]).await?;
+        let mut lines = context_lines;
+        lines.extend(plan["lines"].as_array().cloned().unwrap_or_default());
+        let refresh = plan["refresh"].as_bool().unwrap_or(true);
+        self.bulk_with(lines, &[409], refresh).await?;
         for step in plan["deferred"].as_array().into_iter().flatten() {
             if let Some(fact_id) = step["erase_fact"].as_str() {
                 self.erase_fact(scope, fact_id).await?;
@@ -300,10 +321,11 @@ impl ClusterStore {
         // Stored episodes that get the first new episode of their session as context,
         // once the new ones are written.
         let mut contexts = Vec::new();
+        let mut context_lines = Vec::new();
         for change in &change_set.changes {
             match change {
                 Change::InsertEpisodes(episodes) => {
-                    let first = self.allocate_positions(scope, episodes.len() as u64).await?;
+                    let (first, previous) = self.allocate_positions(scope, episodes).await?;
                     // Each episode is indexed with the episodes before and after it in its session.
                     let mut neighbours: Vec<Vec<String>> = vec![Vec::new(); episodes.len()];
                     let mut latest: HashMap<&str, usize> = HashMap::new();
@@ -317,8 +339,18 @@ impl ClusterStore {
                                 neighbours[before].push(episode.text.clone());
                             }
                             None => {
-                                if let Some(stored) = self.last_episode(scope, session).await? {
-                                    let stored: IdText = stored.read()?;
+                                if let Some((stored, read)) =
+                                    self.last_episode(scope, session, previous.get(session)).await?
+                                {
+                                    if let Some(read) = read
+                                        && let Some(after) = with_context(&read.source, &episode.text)
+                                    {
+                                        context_lines.push(json!({ "index": {
+                                            "_index": self.index("episodes"), "_id": stored.id, "routing": tenant,
+                                            "if_seq_no": read.seq_no, "if_primary_term": read.primary_term
+                                        } }));
+                                        context_lines.push(after);
+                                    }
                                     neighbours[index].push(stored.text);
                                     contexts.push((stored.id, episode.text.clone()));
                                 }
@@ -374,10 +406,22 @@ impl ClusterStore {
         for event in &change_set.audit {
             create("audit", &event.id, docs::audit(scope, event));
         }
+        // An ingest (episodes, and the job that consolidates them) is not refreshed.
+        let ingest = change_set
+            .changes
+            .iter()
+            .any(|change| matches!(change, Change::InsertEpisodes(_)))
+            && change_set
+                .changes
+                .iter()
+                .all(|change| matches!(change, Change::InsertEpisodes(_) | Change::EnqueueJob(_)));
+        let refresh = !ingest;
         Ok(Plan {
+            refresh,
             updates,
             lines,
             contexts,
+            context_lines,
             deferred,
         })
     }
@@ -436,14 +480,26 @@ impl ClusterStore {
         Ok(Applied::Done)
     }
 
-    /// The latest stored episode of a session (a search hit, with its version).
-    async fn last_episode(&self, scope: &Scope, session_id: &str) -> Result<Option<Hit>> {
+    /// The latest stored episode of a session: the one the scope's state names (read by
+    /// id, so an ingest not yet refreshed counts), else the latest a search finds (a
+    /// session older than the state's memory of sessions).
+    async fn last_episode(
+        &self,
+        scope: &Scope,
+        session_id: &str,
+        known: Option<&String>,
+    ) -> Result<Option<(IdText, Option<Versioned>)>> {
+        if let Some(id) = known
+            && let Some(stored) = self.owned(scope, "episodes", id).await?
+        {
+            let head: IdText = records::parse("episode", &stored.source)?;
+            return Ok(Some((head, Some(stored))));
+        }
         let body = query::last_of_session(scope, session_id);
-        Ok(self
-            .scoped_search(scope, "episodes", body)
-            .await?
-            .into_iter()
-            .next())
+        match self.scoped_search(scope, "episodes", body).await?.first() {
+            Some(hit) => Ok(Some((hit.read()?, None))),
+            None => Ok(None),
+        }
     }
 
     /// Appends the text of the episode that followed a stored one to its context, once:
@@ -453,14 +509,9 @@ impl ClusterStore {
         let Some(stored) = self.get("episodes", id, tenant).await? else {
             return Ok(());
         };
-        let mut source = stored.source;
-        let context = match source["context"].as_str() {
-            Some(context) if context == next || context.ends_with(&format!("\n{next}")) => return Ok(()),
-            Some(context) if !context.is_empty() => format!("{context}\n{next}"),
-            _ => next.to_owned(),
+        let Some(source) = with_context(&stored.source, next) else {
+            return Ok(());
         };
-        source["context_terms"] = json!(cairn_core::bm25::index_terms(&context));
-        source["context"] = json!(context);
         let version = Some((stored.seq_no, stored.primary_term));
         let answer = self.put("episodes", id, tenant, source, version, false).await?;
         if answer.ok() || answer.status == 409 {
@@ -469,6 +520,19 @@ impl ClusterStore {
             Err(failure("episodes", &answer))
         }
     }
+}
+
+/// A stored episode with `next` appended to its context; `None` when it is there.
+fn with_context(source: &Value, next: &str) -> Option<Value> {
+    let context = match source["context"].as_str() {
+        Some(context) if context == next || context.ends_with(&format!("\n{next}")) => return None,
+        Some(context) if !context.is_empty() => format!("{context}\n{next}"),
+        _ => next.to_owned(),
+    };
+    let mut source = source.clone();
+    source["context_terms"] = json!(cairn_core::bm25::index_terms(&context));
+    source["context"] = json!(context);
+    Some(source)
 }
 
 /// The fields that recall's use counting changes outside of any commit.

@@ -3,9 +3,11 @@
 //! filtered by tenant and user (inside the kNN clause too).
 //!
 //! A cluster has no multi-document transactions: a change set is committed through a
-//! journal that recovery rolls forward or back after any failure (see `commit`). Every
-//! write of a record refreshes its index (`refresh=true`): a write is visible to the
-//! next recall.
+//! journal that recovery rolls forward or back after any failure (see `commit`). A
+//! commit that changes facts, playbooks, tombstones or jobs refreshes (`refresh=true`)
+//! and is visible to the next recall; an ingest does not: its episodes are read by id,
+//! consolidated and erased at once, and searchable within the refresh interval (see
+//! ARCHITECTURE.md, "Refresh policy").
 
 mod check;
 mod client;
@@ -35,6 +37,10 @@ use std::time::Duration;
 /// Positions allocated this long ago are either indexed or lost: a gap older than this
 /// no longer holds consolidation back.
 const GAP_PATIENCE_MICROS: i64 = 30_000_000;
+/// State documents kept by [`ClusterStore::edit_state`].
+const STATE_CACHE: usize = 10_000;
+/// Sessions per scope whose latest episode the state document names.
+const REMEMBERED_SESSIONS: usize = 64;
 /// Routing of the store-wide documents (the embedding space).
 const SYSTEM: &str = "_system";
 
@@ -65,6 +71,9 @@ pub struct ClusterStore {
     replicas: Option<u32>,
     /// The cluster health the last ping saw, when it was not green.
     degraded: Arc<RwLock<Option<String>>>,
+    /// The state documents this process last wrote, by scope: the first attempt of a
+    /// state change writes on them without reading (compare-and-set still decides).
+    states: Arc<std::sync::Mutex<HashMap<String, Versioned>>>,
 }
 
 /// Whether the indices are known to be in place: reads and writes wait for it.
@@ -187,6 +196,7 @@ impl ClusterStore {
             ))),
             replicas: None,
             degraded: Arc::new(RwLock::new(None)),
+            states: Arc::default(),
         })
     }
 
@@ -572,32 +582,93 @@ impl ClusterStore {
         what: &str,
         mut edit: impl FnMut(&mut Value) -> Result<StateEdit<T>>,
     ) -> Result<T> {
+        let id = state_id(scope);
+        let mut cached = self.states.lock().ok().and_then(|mut states| states.remove(&id));
         for _ in 0..50 {
-            let (mut state, version) = match self.state(scope).await? {
+            let from_cache = cached.is_some();
+            let current = match cached.take() {
+                Some(doc) => Some(doc),
+                None => self.state(scope).await?,
+            };
+            let (mut state, version) = match current {
                 Some(doc) => (doc.source, Some((doc.seq_no, doc.primary_term))),
                 None => (fresh_state(scope), None),
             };
             let answer = match edit(&mut state)? {
+                // An answer without a write comes from a fresh read, never the cache.
+                StateEdit::Keep(_) if from_cache => continue,
                 StateEdit::Keep(answer) => return Ok(answer),
                 StateEdit::Write(answer) => answer,
             };
             let written = self
-                .write_if("state", &state_id(scope), scope.tenant().as_str(), state, version)
+                .write_if("state", &id, scope.tenant().as_str(), state.clone(), version)
                 .await?;
             if written.ok() {
+                if let Ok((seq_no, primary_term)) = records::written_version(&written.body)
+                    && let Ok(mut states) = self.states.lock()
+                {
+                    // Bounded: a process serving many scopes starts over now and then.
+                    if states.len() >= STATE_CACHE {
+                        states.clear();
+                    }
+                    states.insert(
+                        id,
+                        Versioned {
+                            source: state,
+                            seq_no,
+                            primary_term,
+                        },
+                    );
+                }
                 return Ok(answer);
             }
         }
         Err(Error::Unavailable(format!("{what}: too much contention")))
     }
 
-    /// Reserves `count` positions in the scope's episode log.
-    async fn allocate_positions(&self, scope: &Scope, count: u64) -> Result<u64> {
+    /// Reserves positions for `episodes` in the scope's episode log, and notes the last
+    /// of them in each session. Returns the first position and the episode each session
+    /// ended with before (for the sessions the state remembers).
+    async fn allocate_positions(
+        &self,
+        scope: &Scope,
+        episodes: &[cairn_core::Episode],
+    ) -> Result<(u64, HashMap<String, String>)> {
+        let count = episodes.len() as u64;
+        let now = docs::micros(Utc::now());
         self.edit_state(scope, "episode positions", |state| {
             let first = state["allocated"].as_u64().unwrap_or(0) + 1;
             state["allocated"] = json!(first + count - 1);
-            state["allocated_at"] = json!(docs::micros(Utc::now()));
-            Ok(StateEdit::Write(first))
+            state["allocated_at"] = json!(now);
+            let mut sessions = match state["sessions"].take() {
+                Value::Object(sessions) => sessions,
+                _ => serde_json::Map::new(),
+            };
+            let mut previous = HashMap::new();
+            for episode in episodes {
+                let Some(session) = episode.session_id.as_deref() else {
+                    continue;
+                };
+                if let Some(last) = sessions.get(session).and_then(|known| known["last"].as_str()) {
+                    previous
+                        .entry(session.to_owned())
+                        .or_insert_with(|| last.to_owned());
+                }
+                sessions.insert(session.to_owned(), json!({ "last": episode.id, "at": now }));
+            }
+            // The most recent sessions only; an older one is found by a search.
+            while sessions.len() > REMEMBERED_SESSIONS {
+                let oldest = sessions
+                    .iter()
+                    .min_by_key(|(_, known)| known["at"].as_i64().unwrap_or(0))
+                    .map(|(session, _)| session.clone());
+                match oldest {
+                    Some(session) => sessions.remove(&session),
+                    None => break,
+                };
+            }
+            state["sessions"] = Value::Object(sessions);
+            Ok(StateEdit::Write((first, previous)))
         })
         .await
     }
@@ -878,6 +949,15 @@ impl MemoryStore for ClusterStore {
             records::read_playbook,
         )
         .await
+    }
+
+    async fn make_ingests_searchable(&self) -> Result<()> {
+        self.ready()?;
+        let path = format!("/{},{}/_refresh", self.index("episodes"), self.index("jobs"));
+        self.cluster
+            .expect(Method::Post, &path, &[], None)
+            .await
+            .map(|_| ())
     }
 
     async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
@@ -1165,20 +1245,34 @@ impl MemoryStore for ClusterStore {
 
     async fn episodes_after(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {
         self.ready()?;
+        let state = self.state(scope).await?;
+        let allocated = state
+            .as_ref()
+            .and_then(|doc| doc.source["allocated"].as_u64())
+            .unwrap_or(0);
+        // Positions are reserved before their episodes are written: stop at a gap unless
+        // the last reservation is old enough that the gap can no longer fill.
+        let settled = state
+            .as_ref()
+            .and_then(|doc| doc.source["allocated_at"].as_i64())
+            .is_none_or(|at| docs::micros(Utc::now()) - at > GAP_PATIENCE_MICROS);
         let body = query::scoped(
             scope,
             vec![json!({ "range": { "position": { "gt": stored_position(position) } } })],
             Some(json!([{ "position": "asc" }])),
             limit,
         );
-        let found = self.scoped_search(scope, "episodes", body).await?;
-        // Positions are reserved before their episodes are written: stop at a gap unless
-        // the last reservation is old enough that the gap can no longer fill.
-        let settled = self
-            .state(scope)
-            .await?
-            .and_then(|doc| doc.source["allocated_at"].as_i64())
-            .is_none_or(|at| docs::micros(Utc::now()) - at > GAP_PATIENCE_MICROS);
+        let mut found = self.scoped_search(scope, "episodes", body.clone()).await?;
+        // Ingests are not refreshed: reserved positions the search cannot see yet may be
+        // written and waiting for the next refresh, which this makes now.
+        let last_seen = match found.last() {
+            Some(hit) => records::read_episode(&hit.source)?.0,
+            None => position,
+        };
+        if !settled && found.len() < limit && last_seen < allocated {
+            self.refresh_index("episodes").await?;
+            found = self.scoped_search(scope, "episodes", body).await?;
+        }
         let mut expected = position + 1;
         let mut episodes = Vec::new();
         for hit in &found {
@@ -1314,6 +1408,20 @@ impl MemoryStore for ClusterStore {
         // after the erasure. They are written without a refresh; find the recent ones.
         self.refresh_index("commits").await?;
         self.erase_where(scope, "commits", Vec::new()).await?;
+        // Ingests are not refreshed either: every record written so far must be found.
+        let erased = [
+            "episodes",
+            "facts",
+            "playbooks",
+            "playbook-versions",
+            "edges",
+            "tombstones",
+            "decisions",
+            "jobs",
+        ];
+        let indices: Vec<String> = erased.iter().map(|kind| self.index(kind)).collect();
+        let path = format!("/{}/_refresh", indices.join(","));
+        self.cluster.expect(Method::Post, &path, &[], None).await?;
         let receipt = ErasureReceipt {
             episodes: self.erase_where(scope, "episodes", Vec::new()).await?,
             facts: self.erase_where(scope, "facts", Vec::new()).await?,
@@ -1325,6 +1433,9 @@ impl MemoryStore for ClusterStore {
             jobs: self.erase_where(scope, "jobs", Vec::new()).await?,
         };
         // State documents are written without a refresh (they are read by id).
+        if let Ok(mut states) = self.states.lock() {
+            states.remove(&state_id(scope));
+        }
         self.refresh_index("state").await?;
         self.erase_where(scope, "state", Vec::new()).await?;
         self.create(

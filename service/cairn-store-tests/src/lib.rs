@@ -154,6 +154,7 @@ async fn ingest_episodes(store: &dyn MemoryStore, scope: &Scope, episodes: Vec<c
         )
         .await
         .expect("ingest episodes");
+    store.make_ingests_searchable().await.expect("searchable");
 }
 
 async fn insert(store: &dyn MemoryStore, scope: &Scope, fact: &Fact) {

@@ -69,11 +69,15 @@ impl Sequence {
     }
 }
 
-#[allow(clippy::disallowed_methods)]
 pub fn scope(tenant: &str) -> Scope {
+    scope_of(tenant, "user-1")
+}
+
+#[allow(clippy::disallowed_methods)]
+pub fn scope_of(tenant: &str, user: &str) -> Scope {
     let tenant = TenantId::parse(tenant).expect("tenant");
     Principal::from_verified_credential("bench".into(), tenant, None, vec![Permission::Admin])
-        .scope_for("user-1", Permission::Admin)
+        .scope_for(user, Permission::Admin)
         .expect("scope")
 }
 

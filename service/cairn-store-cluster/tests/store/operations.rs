@@ -366,3 +366,115 @@ async fn the_index_analyzer_stems_as_scoring_does() {
         .collect();
     assert!(disagreements.is_empty(), "{disagreements:?}");
 }
+
+/// The visibility an ingest promises on a cluster, which does not refresh for it: its
+/// episodes are readable by id, citable as evidence, handed to consolidation and erased
+/// the moment it answers; the next ingest of the session gives them context; a search
+/// finds them within the refresh interval (1 s). On both engines.
+#[tokio::test]
+async fn an_ingest_is_read_at_once_and_searched_within_the_refresh_interval() {
+    use cairn_core::{Change, ChangeSet, Episode, MemoryStore, SearchFilter, TextQuery, Tier, new_id};
+    use chrono::Utc;
+    use std::time::{Duration, Instant};
+    for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
+        let Some((store, _cleanup)) = super::fresh(variable).await else {
+            continue;
+        };
+        let alice = cairn_store_tests::scope("acme", "alice");
+        let said = |text: &str| Episode {
+            id: new_id("epi"),
+            session_id: Some("s1".into()),
+            text: text.into(),
+            occurred_at: Utc::now(),
+            ingested_at: Utc::now(),
+            embedding: None,
+        };
+        let ingest = |episode: Episode| {
+            ChangeSet::new(cairn_store_tests::audit(&alice, "episode.ingest"))
+                .with(Change::InsertEpisodes(vec![episode]))
+        };
+        let first = said("Which espresso grinder should I buy");
+        let second = said("Probably a burr grinder from Niche");
+        let started = Instant::now();
+        store.commit(&alice, ingest(first.clone())).await.expect("ingest");
+        store
+            .commit(&alice, ingest(second.clone()))
+            .await
+            .expect("ingest");
+
+        let read = store.get_episode(&alice, &first.id).await.expect("get");
+        assert_eq!(
+            read.map(|episode| episode.text),
+            Some(first.text.clone()),
+            "{variable}: by id at once"
+        );
+        let logged = store.episodes_after(&alice, 0, 10).await.expect("log");
+        let positions: Vec<(u64, &str)> = logged
+            .iter()
+            .map(|logged| (logged.position, logged.episode.id.as_str()))
+            .collect();
+        assert_eq!(
+            positions,
+            vec![(1, first.id.as_str()), (2, second.id.as_str())],
+            "{variable}: consolidation sees both"
+        );
+        let mut derived = cairn_store_tests::fact("The user wants a burr grinder", Utc::now());
+        derived.source_episode_ids = vec![second.id.clone()];
+        let cited = ChangeSet::new(cairn_store_tests::audit(&alice, "fact.create"))
+            .with(Change::RequireEpisodes(vec![second.id.clone()]))
+            .with(Change::InsertFact(derived));
+        store
+            .commit(&alice, cited)
+            .await
+            .expect("{variable}: the episode is evidence at once");
+
+        // Searched within the refresh interval; "Niche" is only in the second episode,
+        // so the first is found by the context the second gave it.
+        let filter = SearchFilter {
+            tier: Tier::Episodic,
+            as_of: Utc::now() + chrono::Duration::seconds(5),
+            include_history: false,
+            fact_types: Vec::new(),
+            session_id: None,
+            limit: 10,
+            with_vectors: false,
+        };
+        let query = TextQuery::new(filter, "niche");
+        let mut found = Vec::new();
+        while started.elapsed() < Duration::from_secs(3) {
+            found = store.search_text(&alice, &query).await.expect("search");
+            if found.len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut ids: Vec<&str> = found.iter().map(|hit| hit.memory.id()).collect();
+        ids.sort_unstable();
+        let mut expected = vec![first.id.as_str(), second.id.as_str()];
+        expected.sort_unstable();
+        assert_eq!(
+            ids, expected,
+            "{variable}: searchable within the refresh interval, context included"
+        );
+        eprintln!(
+            "{variable}: searchable {} ms after the first ingest",
+            started.elapsed().as_millis()
+        );
+
+        let third = said("and a scale");
+        store.commit(&alice, ingest(third)).await.expect("ingest");
+        let receipt = store
+            .erase_scope(&alice, cairn_store_tests::audit(&alice, "user.erase"))
+            .await
+            .expect("erase");
+        assert_eq!(
+            receipt.episodes, 3,
+            "{variable}: an ingest just answered is erased too"
+        );
+        store.make_ingests_searchable().await.expect("refresh");
+        assert!(
+            store.episodes_after(&alice, 0, 10).await.expect("log").is_empty(),
+            "{variable}"
+        );
+    }
+}
