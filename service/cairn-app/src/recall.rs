@@ -316,8 +316,18 @@ impl Cairn {
             }
         }
 
+        let mut fused: Vec<(Memory, Explanation)> = fused.into_values().collect();
+        // Use counts weigh in the priors only when their weight is set; otherwise the
+        // hits answered get them below.
+        if self.settings.priors.usage_weight != 0.0 {
+            let mut memories: Vec<Memory> = fused.iter().map(|(memory, _)| memory.clone()).collect();
+            self.store.apply_usage(scope, &mut memories).await?;
+            for ((memory, _), counted) in fused.iter_mut().zip(memories) {
+                *memory = counted;
+            }
+        }
         let mut hits: Vec<RecallHit> = fused
-            .into_values()
+            .into_iter()
             .map(|(memory, mut explanation)| {
                 explanation.prior = self.settings.priors.multiplier(&memory, as_of);
                 RecallHit {
@@ -352,6 +362,11 @@ impl Cairn {
         });
         self.rerank(&query, &mut hits).await;
         hits.truncate(k);
+        let mut memories: Vec<Memory> = hits.iter().map(|hit| hit.memory.clone()).collect();
+        self.store.apply_usage(scope, &mut memories).await?;
+        for (hit, counted) in hits.iter_mut().zip(memories) {
+            hit.memory = counted;
+        }
         if !request.explain {
             for hit in &mut hits {
                 hit.explanation = None;

@@ -329,6 +329,13 @@ pub trait MemoryStore: Send + Sync + 'static {
 
     async fn list_playbooks(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Playbook>>;
 
+    /// Gives facts and playbooks found by a search their current use counts (a store
+    /// that counts apart from the records, as a cluster does, applies them here; the
+    /// embedded store's search hits carry them already).
+    async fn apply_usage(&self, _scope: &Scope, _memories: &mut [Memory]) -> Result<()> {
+        Ok(())
+    }
+
     /// Makes every ingest so far searchable. On the embedded store every commit is
     /// searchable when it answers; a search cluster does not refresh its indices for an
     /// ingest (its episodes are readable by id at once, and searchable within the index

@@ -289,6 +289,7 @@ impl ClusterStore {
     async fn erase_fact(&self, scope: &Scope, fact_id: &str) -> Result<()> {
         let tenant = scope.tenant().as_str();
         self.delete("facts", fact_id, tenant).await?;
+        self.delete_doc("usage", fact_id, tenant, None, false).await?;
         let linked = vec![json!({ "term": { "superseded_by": fact_id } })];
         let mut body = query::scoped(scope, linked, Some(json!([{ "id": "asc" }])), PAGE);
         body["seq_no_primary_term"] = json!(true);

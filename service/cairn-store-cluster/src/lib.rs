@@ -16,6 +16,7 @@ mod docs;
 pub mod mappings;
 pub mod query;
 mod records;
+mod usage;
 mod vectors;
 
 pub use client::{Access, Credentials, Engine};
@@ -30,7 +31,7 @@ use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, Method, failure};
 use records::Hit;
 use serde_json::{Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -45,7 +46,7 @@ const REMEMBERED_SESSIONS: usize = 64;
 const SYSTEM: &str = "_system";
 
 /// The index kinds, each `<prefix>-<kind>`.
-pub const INDICES: [&str; 11] = [
+pub const INDICES: [&str; 12] = [
     "episodes",
     "facts",
     "playbooks",
@@ -55,6 +56,7 @@ pub const INDICES: [&str; 11] = [
     "decisions",
     "audit",
     "state",
+    "usage",
     "jobs",
     "commits",
 ];
@@ -140,7 +142,7 @@ impl Update {
 
 /// Indices whose documents are only ever read by id (and searched only by erasure,
 /// which refreshes first): their writes need no refresh.
-const READ_BY_ID: [&str; 2] = ["state", "commits"];
+const READ_BY_ID: [&str; 3] = ["state", "usage", "commits"];
 
 /// Documents read per request by whole-set reads (`scoped_all`).
 const PAGE: usize = 500;
@@ -835,10 +837,11 @@ impl MemoryStore for ClusterStore {
 
     async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>> {
         self.ready()?;
-        self.owned(scope, "facts", fact_id)
-            .await?
-            .map(|doc| records::read_fact(&doc.source))
-            .transpose()
+        let Some(doc) = self.owned(scope, "facts", fact_id).await? else {
+            return Ok(None);
+        };
+        let fact = records::read_fact(&doc.source)?;
+        Ok(self.counted_facts(scope, vec![fact]).await?.pop())
     }
 
     async fn list_facts(
@@ -854,8 +857,13 @@ impl MemoryStore for ClusterStore {
             StatusFilter::Only(status) => Some(status),
         };
         let extra = query::status_condition(status, docs::micros(as_of));
-        self.page(scope, "facts", extra, "created_at", page, records::read_fact)
-            .await
+        let page = self
+            .page(scope, "facts", extra, "created_at", page, records::read_fact)
+            .await?;
+        Ok(Page {
+            items: self.counted_facts(scope, page.items).await?,
+            next_cursor: page.next_cursor,
+        })
     }
 
     async fn find_active_facts_by_fingerprint(&self, scope: &Scope, value: &str) -> Result<Vec<Fact>> {
@@ -917,10 +925,11 @@ impl MemoryStore for ClusterStore {
 
     async fn get_playbook(&self, scope: &Scope, playbook_id: &str) -> Result<Option<Playbook>> {
         self.ready()?;
-        self.owned(scope, "playbooks", playbook_id)
-            .await?
-            .map(|doc| records::read_playbook(&doc.source))
-            .transpose()
+        let Some(doc) = self.owned(scope, "playbooks", playbook_id).await? else {
+            return Ok(None);
+        };
+        let playbook = records::read_playbook(&doc.source)?;
+        Ok(self.counted_playbooks(scope, vec![playbook]).await?.pop())
     }
 
     async fn playbook_versions(&self, scope: &Scope, playbook_id: &str) -> Result<Vec<Playbook>> {
@@ -940,15 +949,25 @@ impl MemoryStore for ClusterStore {
 
     async fn list_playbooks(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Playbook>> {
         self.ready()?;
-        self.page(
-            scope,
-            "playbooks",
-            Vec::new(),
-            "created_at",
-            page,
-            records::read_playbook,
-        )
-        .await
+        let page = self
+            .page(
+                scope,
+                "playbooks",
+                Vec::new(),
+                "created_at",
+                page,
+                records::read_playbook,
+            )
+            .await?;
+        Ok(Page {
+            items: self.counted_playbooks(scope, page.items).await?,
+            next_cursor: page.next_cursor,
+        })
+    }
+
+    async fn apply_usage(&self, scope: &Scope, memories: &mut [Memory]) -> Result<()> {
+        self.ready()?;
+        self.counted_memories(scope, memories).await
     }
 
     async fn make_ingests_searchable(&self) -> Result<()> {
@@ -1063,55 +1082,7 @@ impl MemoryStore for ClusterStore {
 
     async fn record_usage(&self, scope: &Scope, uses: &[UseCount]) -> Result<()> {
         self.ready()?;
-        // Read-modify-write by compare-and-set (no script, so a node without scripting
-        // serves it); documents that changed in between are read again.
-        let tenant = scope.tenant().as_str();
-        let mut left: HashMap<&str, &UseCount> =
-            uses.iter().map(|usage| (usage.id.as_str(), usage)).collect();
-        for _ in 0..20 {
-            if left.is_empty() {
-                return Ok(());
-            }
-            let docs: Vec<Value> = left
-                .keys()
-                .flat_map(|id| {
-                    ["facts", "playbooks"]
-                        .map(|kind| json!({ "_index": self.index(kind), "_id": id, "routing": tenant }))
-                })
-                .collect();
-            let found = self
-                .cluster
-                .expect(Method::Post, "/_mget", &[], Some(json!({ "docs": docs })))
-                .await?;
-            let found: Vec<Hit> = records::parse("multi-get answer docs", &found["docs"])?;
-            let mut lines = Vec::new();
-            for doc in found {
-                if doc.found != Some(true) || !docs::in_scope(scope, &doc.source) {
-                    continue;
-                }
-                let Some(usage) = left.get(doc.id.as_str()) else {
-                    continue;
-                };
-                let before: records::Usage = doc.read()?;
-                let (seq_no, primary_term) = doc.version()?;
-                let mut after = doc.source;
-                after["use_count"] = json!(before.use_count + usage.count);
-                let at = docs::micros(usage.last_used_at);
-                after["last_used_at"] = json!(before.last_used_at.map_or(at, |before| before.max(at)));
-                lines.push(json!({ "index": {
-                    "_index": doc.index, "_id": doc.id, "routing": tenant,
-                    "if_seq_no": seq_no, "if_primary_term": primary_term
-                } }));
-                lines.push(after);
-            }
-            let answer = self.bulk_with(lines, &[409], false).await?;
-            let conflicted: HashSet<&str> = bulk_results(&answer)
-                .filter(|result| result["status"] == 409)
-                .filter_map(|result| result["_id"].as_str())
-                .collect();
-            left.retain(|id, _| conflicted.contains(id));
-        }
-        Err(Error::Unavailable("usage counts: too much contention".into()))
+        self.add_usage(scope, uses).await
     }
 
     async fn list_users(&self, tenant: &TenantScope, page: &PageRequest) -> Result<Page<UserSummary>> {
@@ -1432,6 +1403,9 @@ impl MemoryStore for ClusterStore {
             decisions: self.erase_where(scope, "decisions", Vec::new()).await?,
             jobs: self.erase_where(scope, "jobs", Vec::new()).await?,
         };
+        // Use counts are written without a refresh (they are read by id).
+        self.refresh_index("usage").await?;
+        self.erase_where(scope, "usage", Vec::new()).await?;
         // State documents are written without a refresh (they are read by id).
         if let Ok(mut states) = self.states.lock() {
             states.remove(&state_id(scope));

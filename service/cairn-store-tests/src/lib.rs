@@ -916,7 +916,50 @@ pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
         used.last_used_at.map(|at| at.timestamp_micros()),
         Some(later.timestamp_micros())
     );
-    // Counting rewrites the record as it was read: its vector stays, readable and found.
+    // Listings and search hits (with the counts a store keeps apart applied) agree.
+    let listed = store
+        .list_facts(
+            &alice,
+            StatusFilter::All,
+            Utc::now(),
+            &PageRequest {
+                limit: 10,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("list");
+    assert_eq!(
+        listed.items.iter().map(|fact| fact.use_count).collect::<Vec<_>>(),
+        vec![4]
+    );
+    let filter = SearchFilter {
+        tier: Tier::Semantic,
+        as_of: Utc::now(),
+        include_history: false,
+        fact_types: Vec::new(),
+        session_id: None,
+        limit: 10,
+        with_vectors: false,
+    };
+    // Recall's counts may lag by a cluster's refresh interval (1 s).
+    let started = std::time::Instant::now();
+    loop {
+        let mut found: Vec<Memory> = store
+            .search_text(&alice, &TextQuery::new(filter.clone(), "jazz"))
+            .await
+            .expect("search")
+            .into_iter()
+            .map(|hit| hit.memory)
+            .collect();
+        store.apply_usage(&alice, &mut found).await.expect("counts");
+        if matches!(found.as_slice(), [Memory::Fact(fact)] if fact.use_count == 4) {
+            break;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(3), "{found:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Counting keeps the record's vector, readable and found.
     assert_eq!(used.embedding, record.embedding);
     let query = unit(&[0.6, 0.8, 0.0]);
     assert_eq!(
