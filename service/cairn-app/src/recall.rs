@@ -317,14 +317,12 @@ impl Cairn {
         }
 
         let mut fused: Vec<(Memory, Explanation)> = fused.into_values().collect();
-        // Use counts weigh in the priors only when their weight is set; otherwise the
-        // hits answered get them below.
-        if self.settings.priors.usage_weight != 0.0 {
-            let mut memories: Vec<Memory> = fused.iter().map(|(memory, _)| memory.clone()).collect();
+        // Use counts weigh in the priors only when their weight is set; otherwise only
+        // the hits answered get them, below.
+        let counted_early = self.settings.priors.usage_weight != 0.0;
+        if counted_early {
+            let mut memories: Vec<&mut Memory> = fused.iter_mut().map(|(memory, _)| memory).collect();
             self.store.apply_usage(scope, &mut memories).await?;
-            for ((memory, _), counted) in fused.iter_mut().zip(memories) {
-                *memory = counted;
-            }
         }
         let mut hits: Vec<RecallHit> = fused
             .into_iter()
@@ -362,10 +360,9 @@ impl Cairn {
         });
         self.rerank(&query, &mut hits).await;
         hits.truncate(k);
-        let mut memories: Vec<Memory> = hits.iter().map(|hit| hit.memory.clone()).collect();
-        self.store.apply_usage(scope, &mut memories).await?;
-        for (hit, counted) in hits.iter_mut().zip(memories) {
-            hit.memory = counted;
+        if !counted_early {
+            let mut memories: Vec<&mut Memory> = hits.iter_mut().map(|hit| &mut hit.memory).collect();
+            self.store.apply_usage(scope, &mut memories).await?;
         }
         if !request.explain {
             for hit in &mut hits {

@@ -332,7 +332,7 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// Gives facts and playbooks found by a search their current use counts (a store
     /// that counts apart from the records, as a cluster does, applies them here; the
     /// embedded store's search hits carry them already).
-    async fn apply_usage(&self, _scope: &Scope, _memories: &mut [Memory]) -> Result<()> {
+    async fn apply_usage(&self, _scope: &Scope, _memories: &mut [&mut Memory]) -> Result<()> {
         Ok(())
     }
 

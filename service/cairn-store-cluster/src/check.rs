@@ -3,8 +3,6 @@
 //! agree, the cited evidence is still stored) is read and checked before anything is
 //! written, and turned into the conditional updates the commit makes (see `commit`).
 
-use crate::client::Method;
-use crate::records::Hit;
 use crate::{ClusterStore, Update, Versioned, docs, fresh_state, records, require_status, state_id};
 use cairn_core::text::fingerprint;
 use cairn_core::{Change, Error, FactStatus, MemoryStore, Result, Scope};
@@ -199,24 +197,16 @@ impl ClusterStore {
         }
         // By id (a realtime multi-get): an ingest is not refreshed, and its episodes are
         // evidence the moment it answers.
-        let index = self.index("episodes");
-        let docs: Vec<Value> = episode_ids
+        let ids: Vec<&str> = episode_ids.iter().map(String::as_str).collect();
+        let fields = ["tenant", "user", "id"];
+        let found: HashSet<&str> = self
+            .scoped_multi_get(scope, "episodes", &ids, Some(&fields), true)
+            .await?
             .iter()
-            .map(|id| {
-                json!({ "_index": index, "_id": id, "routing": scope.tenant().as_str(),
-                              "_source": ["tenant", "user", "id"] })
-            })
+            .zip(&ids)
+            .filter(|(hit, _)| hit.is_some())
+            .map(|(_, id)| *id)
             .collect();
-        let answer = self
-            .cluster
-            .expect(Method::Post, "/_mget", &[], Some(json!({ "docs": docs })))
-            .await?;
-        let hits: Vec<Hit> = records::parse("multi-get answer docs", &answer["docs"])?;
-        let found: HashSet<String> = hits
-            .iter()
-            .filter(|hit| hit.found == Some(true) && docs::in_scope(scope, &hit.source))
-            .map(|hit| hit.read::<records::IdOnly>().map(|doc| doc.id))
-            .collect::<Result<_>>()?;
         match episode_ids.iter().find(|id| !found.contains(id.as_str())) {
             Some(missing) => Err(Error::evidence_erased(missing)),
             None => Ok(()),

@@ -123,7 +123,7 @@ impl ClusterStore {
     /// ones forward and the others back. Returns how many it resolved.
     pub(crate) async fn recover_journals(&self, older_than: Duration) -> Result<u64> {
         // Journals are written without a refresh; make the recent ones searchable.
-        self.refresh_index("commits").await?;
+        self.refresh_indices(&["commits"]).await?;
         let cutoff = docs::micros(Utc::now()) - i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
         let body = json!({
             "query": { "range": { "at": { "lte": cutoff } } },

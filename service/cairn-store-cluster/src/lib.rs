@@ -439,13 +439,55 @@ impl ClusterStore {
         }
     }
 
-    /// Makes everything written to an index so far visible to searches.
-    async fn refresh_index(&self, kind: &str) -> Result<()> {
-        let path = format!("/{}/_refresh", self.index(kind));
+    /// Makes everything written to the indices of `kinds` so far visible to searches.
+    async fn refresh_indices(&self, kinds: &[&str]) -> Result<()> {
+        let indices: Vec<String> = kinds.iter().map(|kind| self.index(kind)).collect();
+        let path = format!("/{}/_refresh", indices.join(","));
         self.cluster
             .expect(Method::Post, &path, &[], None)
             .await
             .map(|_| ())
+    }
+
+    /// The documents of one index kind with `ids`, in the order asked: each `Some` when
+    /// it exists and belongs to the scope. One multi-get, reading only `fields` when
+    /// given; `realtime` as the get API has it (a realtime read of a document written
+    /// since the last refresh makes the node refresh first).
+    async fn scoped_multi_get(
+        &self,
+        scope: &Scope,
+        kind: &str,
+        ids: &[&str],
+        fields: Option<&[&str]>,
+        realtime: bool,
+    ) -> Result<Vec<Option<Hit>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut query = vec![
+            ("routing", scope.tenant().as_str().to_owned()),
+            ("realtime", realtime.to_string()),
+        ];
+        if let Some(fields) = fields {
+            query.push(("_source_includes", fields.join(",")));
+        }
+        let path = format!("/{}/_mget", self.index(kind));
+        let answer = self
+            .cluster
+            .expect(Method::Post, &path, &query, Some(json!({ "ids": ids })))
+            .await?;
+        let hits: Vec<Hit> = records::parse("multi-get answer docs", &answer["docs"])?;
+        if hits.len() != ids.len() {
+            return Err(Error::Storage(format!(
+                "{path}: {} answers to {} ids",
+                hits.len(),
+                ids.len()
+            )));
+        }
+        Ok(hits
+            .into_iter()
+            .map(|hit| (hit.found == Some(true) && docs::in_scope(scope, &hit.source)).then_some(hit))
+            .collect())
     }
 
     async fn search(&self, kind: &str, routing_key: Option<&str>, body: Value) -> Result<Value> {
@@ -841,7 +883,10 @@ impl MemoryStore for ClusterStore {
             return Ok(None);
         };
         let fact = records::read_fact(&doc.source)?;
-        Ok(self.counted_facts(scope, vec![fact]).await?.pop())
+        let mut facts = [fact];
+        self.apply_counts(scope, &mut facts, true).await?;
+        let [fact] = facts;
+        Ok(Some(fact))
     }
 
     async fn list_facts(
@@ -857,13 +902,11 @@ impl MemoryStore for ClusterStore {
             StatusFilter::Only(status) => Some(status),
         };
         let extra = query::status_condition(status, docs::micros(as_of));
-        let page = self
+        let mut page = self
             .page(scope, "facts", extra, "created_at", page, records::read_fact)
             .await?;
-        Ok(Page {
-            items: self.counted_facts(scope, page.items).await?,
-            next_cursor: page.next_cursor,
-        })
+        self.apply_counts(scope, &mut page.items, true).await?;
+        Ok(page)
     }
 
     async fn find_active_facts_by_fingerprint(&self, scope: &Scope, value: &str) -> Result<Vec<Fact>> {
@@ -929,7 +972,10 @@ impl MemoryStore for ClusterStore {
             return Ok(None);
         };
         let playbook = records::read_playbook(&doc.source)?;
-        Ok(self.counted_playbooks(scope, vec![playbook]).await?.pop())
+        let mut playbooks = [playbook];
+        self.apply_counts(scope, &mut playbooks, true).await?;
+        let [playbook] = playbooks;
+        Ok(Some(playbook))
     }
 
     async fn playbook_versions(&self, scope: &Scope, playbook_id: &str) -> Result<Vec<Playbook>> {
@@ -949,7 +995,7 @@ impl MemoryStore for ClusterStore {
 
     async fn list_playbooks(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Playbook>> {
         self.ready()?;
-        let page = self
+        let mut page = self
             .page(
                 scope,
                 "playbooks",
@@ -959,24 +1005,18 @@ impl MemoryStore for ClusterStore {
                 records::read_playbook,
             )
             .await?;
-        Ok(Page {
-            items: self.counted_playbooks(scope, page.items).await?,
-            next_cursor: page.next_cursor,
-        })
+        self.apply_counts(scope, &mut page.items, true).await?;
+        Ok(page)
     }
 
-    async fn apply_usage(&self, scope: &Scope, memories: &mut [Memory]) -> Result<()> {
+    async fn apply_usage(&self, scope: &Scope, memories: &mut [&mut Memory]) -> Result<()> {
         self.ready()?;
-        self.counted_memories(scope, memories).await
+        self.apply_counts(scope, memories, false).await
     }
 
     async fn make_ingests_searchable(&self) -> Result<()> {
         self.ready()?;
-        let path = format!("/{},{}/_refresh", self.index("episodes"), self.index("jobs"));
-        self.cluster
-            .expect(Method::Post, &path, &[], None)
-            .await
-            .map(|_| ())
+        self.refresh_indices(&["episodes", "jobs"]).await
     }
 
     async fn search_text(&self, scope: &Scope, query: &TextQuery) -> Result<Vec<TextHit>> {
@@ -997,29 +1037,29 @@ impl MemoryStore for ClusterStore {
             .iter()
             .map(|query| bm25::query_terms(&query.text))
             .collect();
-        let bodies: Vec<Option<Value>> = queries
-            .iter()
-            .zip(&terms)
-            .map(|(query, terms)| query::text_search(scope, query, terms))
-            .collect();
+        // `text_search` has no body for a query without a searchable term.
         let searches = queries
             .iter()
-            .zip(&bodies)
-            .filter_map(|(query, body)| Some((tier_index(query.filter.tier), body.clone()?)))
+            .zip(&terms)
+            .filter_map(|(query, terms)| {
+                Some((
+                    tier_index(query.filter.tier),
+                    query::text_search(scope, query, terms)?,
+                ))
+            })
             .collect();
         let mut answers = self.scoped_searches(scope, searches).await?.into_iter();
         queries
             .iter()
             .zip(&terms)
-            .zip(&bodies)
-            .map(|((query, terms), body)| match body {
-                None => Ok(Vec::new()),
-                Some(_) => {
-                    let answer = answers
-                        .next()
-                        .ok_or_else(|| Error::Storage("_msearch: an answer is missing".into()))?;
-                    text_hits(query, terms, &answer)
+            .map(|(query, terms)| {
+                if terms.is_empty() {
+                    return Ok(Vec::new());
                 }
+                let answer = answers
+                    .next()
+                    .ok_or_else(|| Error::Storage("_msearch: an answer is missing".into()))?;
+                text_hits(query, terms, &answer)
             })
             .collect()
     }
@@ -1241,7 +1281,7 @@ impl MemoryStore for ClusterStore {
             None => position,
         };
         if !settled && found.len() < limit && last_seen < allocated {
-            self.refresh_index("episodes").await?;
+            self.refresh_indices(&["episodes"]).await?;
             found = self.scoped_search(scope, "episodes", body).await?;
         }
         let mut expected = position + 1;
@@ -1375,24 +1415,12 @@ impl MemoryStore for ClusterStore {
 
     async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
         self.ready()?;
+        // Journals, ingests, use counts and state documents are written without a
+        // refresh: every document written so far must be found.
+        self.refresh_indices(&INDICES).await?;
         // Journals first: a left-behind commit of this scope must not be rolled forward
-        // after the erasure. They are written without a refresh; find the recent ones.
-        self.refresh_index("commits").await?;
+        // after the erasure.
         self.erase_where(scope, "commits", Vec::new()).await?;
-        // Ingests are not refreshed either: every record written so far must be found.
-        let erased = [
-            "episodes",
-            "facts",
-            "playbooks",
-            "playbook-versions",
-            "edges",
-            "tombstones",
-            "decisions",
-            "jobs",
-        ];
-        let indices: Vec<String> = erased.iter().map(|kind| self.index(kind)).collect();
-        let path = format!("/{}/_refresh", indices.join(","));
-        self.cluster.expect(Method::Post, &path, &[], None).await?;
         let receipt = ErasureReceipt {
             episodes: self.erase_where(scope, "episodes", Vec::new()).await?,
             facts: self.erase_where(scope, "facts", Vec::new()).await?,
@@ -1403,14 +1431,10 @@ impl MemoryStore for ClusterStore {
             decisions: self.erase_where(scope, "decisions", Vec::new()).await?,
             jobs: self.erase_where(scope, "jobs", Vec::new()).await?,
         };
-        // Use counts are written without a refresh (they are read by id).
-        self.refresh_index("usage").await?;
         self.erase_where(scope, "usage", Vec::new()).await?;
-        // State documents are written without a refresh (they are read by id).
         if let Ok(mut states) = self.states.lock() {
             states.remove(&state_id(scope));
         }
-        self.refresh_index("state").await?;
         self.erase_where(scope, "state", Vec::new()).await?;
         self.create(
             "audit",

@@ -135,12 +135,6 @@ pub struct Usage {
     pub last_used_at: Option<i64>,
 }
 
-/// Just the id of a document's source (searches that fetch nothing else).
-#[derive(Deserialize)]
-pub struct IdOnly {
-    pub id: String,
-}
-
 #[derive(Deserialize)]
 pub struct EpisodeDoc {
     id: String,

@@ -10,150 +10,96 @@
 //! hits it answers (`MemoryStore::apply_usage`). Erasure deletes them with the scope,
 //! forgetting a fact deletes its own.
 
-use crate::client::Method;
-use crate::records::{self, Hit};
-use crate::{ClusterStore, bulk_results, docs};
+use crate::{ClusterStore, bulk_results, docs, records};
 use cairn_core::{Error, Fact, Memory, Playbook, Result, Scope, UseCount};
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::{HashMap, HashSet};
 
-/// A count as stored.
-struct Counted {
-    use_count: u64,
-    last_used_at: Option<i64>,
+/// A record whose use counts a usage document may override.
+pub(crate) trait Counted {
+    fn counted_id(&self) -> Option<&str>;
+    fn set_counts(&mut self, use_count: u64, last_used_at: Option<DateTime<Utc>>);
 }
 
-fn time(micros: Option<i64>) -> Option<DateTime<Utc>> {
-    micros.and_then(DateTime::from_timestamp_micros)
+impl Counted for Fact {
+    fn counted_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+
+    fn set_counts(&mut self, use_count: u64, last_used_at: Option<DateTime<Utc>>) {
+        self.use_count = use_count;
+        self.last_used_at = last_used_at;
+    }
+}
+
+impl Counted for Playbook {
+    fn counted_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+
+    fn set_counts(&mut self, use_count: u64, last_used_at: Option<DateTime<Utc>>) {
+        self.use_count = use_count;
+        self.last_used_at = last_used_at;
+    }
+}
+
+impl Counted for Memory {
+    fn counted_id(&self) -> Option<&str> {
+        match self {
+            Memory::Fact(fact) => fact.counted_id(),
+            Memory::Playbook(playbook) => playbook.counted_id(),
+            Memory::Episode(_) => None,
+        }
+    }
+
+    fn set_counts(&mut self, use_count: u64, last_used_at: Option<DateTime<Utc>>) {
+        match self {
+            Memory::Fact(fact) => fact.set_counts(use_count, last_used_at),
+            Memory::Playbook(playbook) => playbook.set_counts(use_count, last_used_at),
+            Memory::Episode(_) => {}
+        }
+    }
+}
+
+impl Counted for &mut Memory {
+    fn counted_id(&self) -> Option<&str> {
+        (**self).counted_id()
+    }
+
+    fn set_counts(&mut self, use_count: u64, last_used_at: Option<DateTime<Utc>>) {
+        (**self).set_counts(use_count, last_used_at);
+    }
 }
 
 impl ClusterStore {
-    fn owned_hit(&self, scope: &Scope, hit: &Hit) -> bool {
-        hit.found == Some(true) && docs::in_scope(scope, &hit.source)
-    }
-
-    /// Documents of one index by id (realtime), in the order asked, reading only
-    /// `fields` of each when given.
-    async fn multi_get(
-        &self,
-        index: &str,
-        routing: &str,
-        ids: &[&str],
-        fields: Option<&[&str]>,
-    ) -> Result<Vec<Hit>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut query = vec![("routing", routing.to_owned())];
-        if let Some(fields) = fields {
-            query.push(("_source_includes", fields.join(",")));
-        }
-        let path = format!("/{index}/_mget");
-        let answer = self
-            .cluster
-            .expect(Method::Post, &path, &query, Some(json!({ "ids": ids })))
-            .await?;
-        let hits: Vec<Hit> = records::parse("multi-get answer docs", &answer["docs"])?;
-        if hits.len() != ids.len() {
-            return Err(Error::Storage(format!(
-                "{path}: {} answers to {} ids",
-                hits.len(),
-                ids.len()
-            )));
-        }
-        Ok(hits)
-    }
-
-    /// The usage documents of `ids` in the scope, in one multi-get. A realtime read of a
-    /// document written since the last refresh makes the node refresh the index first,
-    /// so recall, which reads counts with every answer, reads them as of the last
-    /// refresh (at most the refresh interval behind); reads by id are realtime.
-    async fn counts(&self, scope: &Scope, ids: &[&str], realtime: bool) -> Result<HashMap<String, Counted>> {
-        if ids.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let index = self.index("usage");
-        let tenant = scope.tenant().as_str();
-        let docs: Vec<Value> = ids
-            .iter()
-            .map(|id| json!({ "_index": index, "_id": id, "routing": tenant }))
-            .collect();
-        let answer = self
-            .cluster
-            .expect(
-                Method::Post,
-                "/_mget",
-                &[("realtime", realtime.to_string())],
-                Some(json!({ "docs": docs })),
-            )
-            .await?;
-        let hits: Vec<Hit> = records::parse("multi-get answer docs", &answer["docs"])?;
-        hits.into_iter()
-            .filter(|hit| hit.found == Some(true) && docs::in_scope(scope, &hit.source))
-            .map(|hit| {
-                let usage: records::Usage = hit.read()?;
-                Ok((
-                    hit.id,
-                    Counted {
-                        use_count: usage.use_count,
-                        last_used_at: usage.last_used_at,
-                    },
-                ))
-            })
-            .collect()
-    }
-
-    pub(crate) async fn counted_facts(&self, scope: &Scope, mut facts: Vec<Fact>) -> Result<Vec<Fact>> {
-        let ids: Vec<&str> = facts.iter().map(|fact| fact.id.as_str()).collect();
-        let counts = self.counts(scope, &ids, true).await?;
-        for fact in &mut facts {
-            if let Some(counted) = counts.get(&fact.id) {
-                fact.use_count = counted.use_count;
-                fact.last_used_at = time(counted.last_used_at);
-            }
-        }
-        Ok(facts)
-    }
-
-    pub(crate) async fn counted_playbooks(
+    /// Gives `records` the counts of their usage documents. Reads by id and listings
+    /// read them realtime; recall, which reads counts with every answer, reads them as
+    /// of the last refresh (at most the refresh interval behind), because a realtime
+    /// read of a document written since makes the node refresh the index first.
+    pub(crate) async fn apply_counts<T: Counted>(
         &self,
         scope: &Scope,
-        mut playbooks: Vec<Playbook>,
-    ) -> Result<Vec<Playbook>> {
-        let ids: Vec<&str> = playbooks.iter().map(|playbook| playbook.id.as_str()).collect();
-        let counts = self.counts(scope, &ids, true).await?;
-        for playbook in &mut playbooks {
-            if let Some(counted) = counts.get(&playbook.id) {
-                playbook.use_count = counted.use_count;
-                playbook.last_used_at = time(counted.last_used_at);
+        records: &mut [T],
+        realtime: bool,
+    ) -> Result<()> {
+        let ids: Vec<&str> = records.iter().filter_map(Counted::counted_id).collect();
+        let found = self
+            .scoped_multi_get(scope, "usage", &ids, None, realtime)
+            .await?;
+        let mut counts = HashMap::new();
+        for (id, hit) in ids.iter().zip(found) {
+            if let Some(hit) = hit {
+                let usage: records::Usage = hit.read()?;
+                counts.insert(id.to_string(), usage);
             }
         }
-        Ok(playbooks)
-    }
-
-    pub(crate) async fn counted_memories(&self, scope: &Scope, memories: &mut [Memory]) -> Result<()> {
-        let ids: Vec<&str> = memories
-            .iter()
-            .filter(|memory| !matches!(memory, Memory::Episode(_)))
-            .map(Memory::id)
-            .collect();
-        let counts = self.counts(scope, &ids, false).await?;
-        for memory in memories {
-            let Some(counted) = counts.get(memory.id()) else {
+        for record in records {
+            let Some(usage) = record.counted_id().and_then(|id| counts.get(id)) else {
                 continue;
             };
-            match memory {
-                Memory::Fact(fact) => {
-                    fact.use_count = counted.use_count;
-                    fact.last_used_at = time(counted.last_used_at);
-                }
-                Memory::Playbook(playbook) => {
-                    playbook.use_count = counted.use_count;
-                    playbook.last_used_at = time(counted.last_used_at);
-                }
-                Memory::Episode(_) => {}
-            }
+            let (use_count, last_used_at) = (usage.use_count, usage.last_used_at);
+            record.set_counts(use_count, last_used_at.and_then(DateTime::from_timestamp_micros));
         }
         Ok(())
     }
@@ -172,37 +118,33 @@ impl ClusterStore {
                 return Ok(());
             }
             let ids: Vec<&str> = left.keys().copied().collect();
-            let counters = self.multi_get(&usage_index, tenant, &ids, None).await?;
+            let counters = self.scoped_multi_get(scope, "usage", &ids, None, true).await?;
             let uncounted: Vec<&str> = ids
                 .iter()
                 .zip(&counters)
-                .filter(|(_, counter)| !self.owned_hit(scope, counter))
+                .filter(|(_, counter)| counter.is_none())
                 .map(|(id, _)| *id)
                 .collect();
             // The records without a usage document: their own counts, and whether they
             // are the scope's.
             let read = ["tenant", "user", "use_count", "last_used_at"];
             let facts = self
-                .multi_get(&self.index("facts"), tenant, &uncounted, Some(&read))
+                .scoped_multi_get(scope, "facts", &uncounted, Some(&read), true)
                 .await?;
             let playbooks = self
-                .multi_get(&self.index("playbooks"), tenant, &uncounted, Some(&read))
+                .scoped_multi_get(scope, "playbooks", &uncounted, Some(&read), true)
                 .await?;
-            let mut records: HashMap<&str, &Hit> = HashMap::new();
-            for (id, (fact, playbook)) in uncounted.iter().zip(facts.iter().zip(&playbooks)) {
-                if let Some(record) = [fact, playbook]
-                    .into_iter()
-                    .find(|hit| self.owned_hit(scope, hit))
-                {
-                    records.insert(id, record);
-                }
-            }
+            let records: HashMap<&str, records::Hit> = uncounted
+                .iter()
+                .zip(facts.into_iter().zip(playbooks))
+                .filter_map(|(id, (fact, playbook))| Some((*id, fact.or(playbook)?)))
+                .collect();
             let mut lines = Vec::new();
             for (id, counter) in ids.iter().zip(&counters) {
                 let Some(usage) = left.get(id) else {
                     continue;
                 };
-                let (before, action) = if self.owned_hit(scope, counter) {
+                let (before, action) = if let Some(counter) = counter {
                     let (seq_no, primary_term) = counter.version()?;
                     let action = json!({ "index": {
                         "_index": usage_index, "_id": id, "routing": tenant,

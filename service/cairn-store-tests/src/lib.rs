@@ -952,7 +952,8 @@ pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
             .into_iter()
             .map(|hit| hit.memory)
             .collect();
-        store.apply_usage(&alice, &mut found).await.expect("counts");
+        let mut counted: Vec<&mut Memory> = found.iter_mut().collect();
+        store.apply_usage(&alice, &mut counted).await.expect("counts");
         if matches!(found.as_slice(), [Memory::Fact(fact)] if fact.use_count == 4) {
             break;
         }
