@@ -52,6 +52,9 @@ pub struct Hit {
     /// The relevance score of a scored search.
     #[serde(rename = "_score", default)]
     score: Option<f64>,
+    /// The doc-value fields a search asked for, each as an array of values.
+    #[serde(default)]
+    pub fields: Value,
 }
 
 impl Hit {
@@ -129,7 +132,7 @@ pub struct Owner {
 }
 
 /// A fact's or playbook's use counts, which recall updates.
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 pub struct Usage {
     pub use_count: u64,
     pub last_used_at: Option<i64>,

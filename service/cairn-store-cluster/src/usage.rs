@@ -10,7 +10,7 @@
 //! hits it answers (`MemoryStore::apply_usage`). Erasure deletes them with the scope,
 //! forgetting a fact deletes its own.
 
-use crate::{ClusterStore, bulk_results, docs, records};
+use crate::{ClusterStore, bulk_results, docs, query, records};
 use cairn_core::{Error, Fact, Memory, Playbook, Result, Scope, UseCount};
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -108,37 +108,32 @@ impl ClusterStore {
     /// documents. A record without one yet (checked to be the scope's, and not gone)
     /// starts from the count it holds itself; ids of other scopes and of records that
     /// are gone are skipped.
+    ///
+    /// A flush reads as of the last refresh first: usage documents by id, and the
+    /// records without one by a search that reads their counts from doc values (no
+    /// stored source). Fact and playbook changes wait for a refresh, so that read is
+    /// current for them; a usage document written since the last refresh makes its
+    /// write conflict, and the ids that conflicted are read again realtime.
     pub(crate) async fn add_usage(&self, scope: &Scope, uses: &[UseCount]) -> Result<()> {
         let tenant = scope.tenant().as_str();
         let usage_index = self.index("usage");
         let mut left: HashMap<&str, &UseCount> =
             uses.iter().map(|usage| (usage.id.as_str(), usage)).collect();
-        for _ in 0..20 {
+        for attempt in 0..20 {
             if left.is_empty() {
                 return Ok(());
             }
             let ids: Vec<&str> = left.keys().copied().collect();
-            let counters = self.scoped_multi_get(scope, "usage", &ids, None, true).await?;
+            let counters = self
+                .scoped_multi_get(scope, "usage", &ids, None, attempt > 0)
+                .await?;
             let uncounted: Vec<&str> = ids
                 .iter()
                 .zip(&counters)
                 .filter(|(_, counter)| counter.is_none())
                 .map(|(id, _)| *id)
                 .collect();
-            // The records without a usage document: their own counts, and whether they
-            // are the scope's.
-            let read = ["tenant", "user", "use_count", "last_used_at"];
-            let facts = self
-                .scoped_multi_get(scope, "facts", &uncounted, Some(&read), true)
-                .await?;
-            let playbooks = self
-                .scoped_multi_get(scope, "playbooks", &uncounted, Some(&read), true)
-                .await?;
-            let records: HashMap<&str, records::Hit> = uncounted
-                .iter()
-                .zip(facts.into_iter().zip(playbooks))
-                .filter_map(|(id, (fact, playbook))| Some((*id, fact.or(playbook)?)))
-                .collect();
+            let records = self.own_counts(scope, &uncounted).await?;
             let mut lines = Vec::new();
             for (id, counter) in ids.iter().zip(&counters) {
                 let Some(usage) = left.get(id) else {
@@ -151,9 +146,9 @@ impl ClusterStore {
                         "if_seq_no": seq_no, "if_primary_term": primary_term
                     } });
                     (counter.read::<records::Usage>()?, action)
-                } else if let Some(record) = records.get(id) {
+                } else if let Some(own) = records.get(*id) {
                     let action = json!({ "create": { "_index": usage_index, "_id": id, "routing": tenant } });
-                    (record.read::<records::Usage>()?, action)
+                    (own.clone(), action)
                 } else {
                     left.remove(id);
                     continue;
@@ -174,5 +169,37 @@ impl ClusterStore {
             left.retain(|id, _| conflicted.contains(id));
         }
         Err(Error::Unavailable("usage counts: too much contention".into()))
+    }
+
+    /// The counts the scope's facts and playbooks among `ids` hold themselves, read from
+    /// doc values as of the last refresh; ids of other scopes and of records that are gone
+    /// are missing from the answer.
+    async fn own_counts(&self, scope: &Scope, ids: &[&str]) -> Result<HashMap<String, records::Usage>> {
+        let indices = [self.index("facts"), self.index("playbooks")].join(",");
+        let number = |hit: &records::Hit, field: &str| hit.fields[field][0].as_i64();
+        let mut counts = HashMap::new();
+        // A page of ids per search, well inside the default result window.
+        for chunk in ids.chunks(1_000) {
+            let mut filter = query::scope_filter(scope);
+            filter.push(json!({ "ids": { "values": chunk } }));
+            let body = json!({
+                "size": chunk.len(),
+                "track_total_hits": false,
+                "_source": false,
+                "docvalue_fields": ["use_count", "last_used_at"],
+                "query": { "bool": { "filter": filter } }
+            });
+            let answer = self
+                .search_in(&indices, Some(scope.tenant().as_str()), body)
+                .await?;
+            for hit in records::hits(&answer)? {
+                let usage = records::Usage {
+                    use_count: number(&hit, "use_count").unwrap_or(0).max(0) as u64,
+                    last_used_at: number(&hit, "last_used_at"),
+                };
+                counts.insert(hit.id, usage);
+            }
+        }
+        Ok(counts)
     }
 }
