@@ -2,7 +2,7 @@
 
 use crate::{Cairn, Fusion, now, validate};
 use cairn_core::{
-    Error, FactStatus, FactType, Memory, Result, Scope, SearchFilter, TextQuery, Tier, VectorQuery,
+    Error, FactStatus, FactType, Memory, Result, Scope, SearchFilter, TextHit, TextQuery, Tier, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -137,6 +137,15 @@ impl Priors {
     }
 }
 
+/// One (possibly empty) hit list per tier: a leg that did not run has none.
+fn legs_or_empty(legs: Vec<Vec<TextHit>>, tiers: usize) -> Vec<Vec<TextHit>> {
+    if legs.is_empty() {
+        vec![Vec::new(); tiers]
+    } else {
+        legs
+    }
+}
+
 /// The values in first-seen order, each once.
 fn distinct<T: PartialEq + Copy>(values: &[T]) -> Vec<T> {
     let mut unique = Vec::new();
@@ -249,42 +258,50 @@ impl Cairn {
             })
             .collect();
         // A leg with no weight cannot change the ranking, so it is not run. The store
-        // gets every text leg at once and every vector leg at once (a cluster sends each
-        // group as one request).
-        let text_legs = async {
-            if weights.0 > 0.0 {
-                let queries: Vec<TextQuery> = filters
-                    .iter()
-                    .map(|filter| TextQuery {
-                        context_weight: self.settings.episode_context_weight,
-                        ..TextQuery::new(filter.clone(), query.clone())
-                    })
-                    .collect();
-                self.store.search_texts(scope, &queries).await
-            } else {
-                Ok(vec![Vec::new(); filters.len()])
+        // gets every leg of the recall at once: a store that searches them in one request
+        // (a cluster's `_msearch`) gets them after the query embedding; otherwise the text
+        // legs run while the query is embedded.
+        let text_queries: Vec<TextQuery> = if weights.0 > 0.0 {
+            filters
+                .iter()
+                .map(|filter| TextQuery {
+                    context_weight: self.settings.episode_context_weight,
+                    ..TextQuery::new(filter.clone(), query.clone())
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let embedding = async {
+            match &self.embedder {
+                Some(embedder) if weights.1 > 0.0 => Ok(embedder.embed(vec![query.clone()]).await?.pop()),
+                Some(_) | None => Ok(None),
             }
         };
-        let vector_legs = async {
-            let vector = match &self.embedder {
-                Some(embedder) if weights.1 > 0.0 => embedder.embed(vec![query.clone()]).await?.pop(),
-                Some(_) | None => None,
+        let vector_queries = |vector: Option<Vec<f32>>| -> Vec<VectorQuery> {
+            let Some(vector) = vector else {
+                return Vec::new();
             };
-            match vector {
-                Some(vector) => {
-                    let queries: Vec<VectorQuery> = filters
-                        .iter()
-                        .map(|filter| VectorQuery {
-                            filter: filter.clone(),
-                            vector: vector.clone(),
-                        })
-                        .collect();
-                    self.store.search_vectors(scope, &queries).await
-                }
-                None => Ok(vec![Vec::new(); filters.len()]),
-            }
+            filters
+                .iter()
+                .map(|filter| VectorQuery {
+                    filter: filter.clone(),
+                    vector: vector.clone(),
+                })
+                .collect()
         };
-        let (text_legs, vector_legs) = futures_util::future::try_join(text_legs, vector_legs).await?;
+        let (text_legs, vector_legs) = if self.store.searches_legs_together() {
+            let vectors = vector_queries(embedding.await?);
+            self.store.search_legs(scope, &text_queries, &vectors).await?
+        } else {
+            let vector_legs = async {
+                let vectors = vector_queries(embedding.await?);
+                self.store.search_vectors(scope, &vectors).await
+            };
+            futures_util::future::try_join(self.store.search_texts(scope, &text_queries), vector_legs).await?
+        };
+        let text_legs = legs_or_empty(text_legs, filters.len());
+        let vector_legs = legs_or_empty(vector_legs, filters.len());
         let mut fused: HashMap<String, (Memory, Explanation)> = HashMap::new();
         for (text_leg, vector_leg) in text_legs.into_iter().zip(vector_legs) {
             for (leg, weight, hits) in [

@@ -363,6 +363,30 @@ pub trait MemoryStore: Send + Sync + 'static {
         futures_util::future::try_join_all(queries.iter().map(|query| self.search_vector(scope, query))).await
     }
 
+    /// Every leg of one recall: the hits of each text query, then of each vector query,
+    /// in order. By default the two groups run concurrently, each as
+    /// [`MemoryStore::search_texts`] and [`MemoryStore::search_vectors`] run it.
+    async fn search_legs(
+        &self,
+        scope: &Scope,
+        texts: &[TextQuery],
+        vectors: &[VectorQuery],
+    ) -> Result<(Vec<Vec<TextHit>>, Vec<Vec<TextHit>>)> {
+        futures_util::future::try_join(
+            self.search_texts(scope, texts),
+            self.search_vectors(scope, vectors),
+        )
+        .await
+    }
+
+    /// Whether [`MemoryStore::search_legs`] sends every leg in one request (a cluster's
+    /// `_msearch`). Recall then embeds the query before searching, instead of running the
+    /// text legs while it embeds: one round trip, and the legs run side by side on the
+    /// cluster.
+    fn searches_legs_together(&self) -> bool {
+        false
+    }
+
     /// Records which embedding model and dimension the stored vectors use, or checks
     /// that they match what was recorded before (a mismatch is an error: vectors of two
     /// models cannot be compared).

@@ -48,12 +48,23 @@ fn main() {
     } else {
         sizes
     };
+    // `--log cairn_store_cluster=debug` logs every cluster request with its time.
+    if let Some(filter) = arguments
+        .iter()
+        .position(|argument| argument == "--log")
+        .and_then(|index| arguments.get(index + 1))
+    {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .init();
+    }
     let runtime = common::runtime();
     runtime.block_on(async {
         let directory = tempfile::tempdir().expect("temp dir");
         let cluster = match &opensearch {
             Some(url) => {
                 let prefix = format!("cairn-bench-{}", std::process::id());
+                println!("index prefix: {prefix}");
                 let cluster = ClusterStore::connect(url, &prefix, 384).await.expect("the cluster answers");
                 cluster.bootstrap().await.expect("bootstrap");
                 println!("backend: {} {}", cluster.engine().as_str(), cluster.version());
@@ -187,7 +198,8 @@ fn main() {
         }
         println!("query embedding alone: {:.1} ms per query", started.elapsed().as_secs_f64() * 10.0);
         println!("peak RSS: {:.0} MiB", peak_rss_mib());
-        if let Some(cluster) = cluster {
+        // `--keep` leaves the cluster's indices in place, to look at them afterwards.
+        if let Some(cluster) = cluster.filter(|_| !arguments.iter().any(|argument| argument == "--keep")) {
             cluster.delete_indices().await.expect("clean up");
         }
     });

@@ -835,6 +835,22 @@ fn text_hits(query: &TextQuery, terms: &[bm25::Term], answer: &Value) -> Result<
     Ok(hits)
 }
 
+/// The hits of a vector search in `tier`, best first, scored by cosine similarity.
+fn vector_hits(tier: Tier, answer: &Value) -> Result<Vec<TextHit>> {
+    let mut found = records::hits(answer)?
+        .iter()
+        .map(|hit| {
+            Ok(TextHit {
+                memory: memory_of(tier, &hit.source)?,
+                // Both engines score cosine as (1 + cos) / 2.
+                score: 2.0 * hit.score()? - 1.0,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    found.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ok(found)
+}
+
 #[async_trait::async_trait]
 impl MemoryStore for ClusterStore {
     async fn ping(&self) -> Result<()> {
@@ -1032,13 +1048,25 @@ impl MemoryStore for ClusterStore {
     /// Every text leg in one `_msearch`; each search also counts the scope's term
     /// statistics that score its candidates.
     async fn search_texts(&self, scope: &Scope, queries: &[TextQuery]) -> Result<Vec<Vec<TextHit>>> {
+        Ok(self.search_legs(scope, queries, &[]).await?.0)
+    }
+
+    /// Every vector leg in one `_msearch`.
+    async fn search_vectors(&self, scope: &Scope, queries: &[VectorQuery]) -> Result<Vec<Vec<TextHit>>> {
+        Ok(self.search_legs(scope, &[], queries).await?.1)
+    }
+
+    /// Every leg of a recall, text and vector, in one `_msearch`.
+    async fn search_legs(
+        &self,
+        scope: &Scope,
+        texts: &[TextQuery],
+        vectors: &[VectorQuery],
+    ) -> Result<(Vec<Vec<TextHit>>, Vec<Vec<TextHit>>)> {
         self.ready()?;
-        let terms: Vec<Vec<bm25::Term>> = queries
-            .iter()
-            .map(|query| bm25::query_terms(&query.text))
-            .collect();
+        let terms: Vec<Vec<bm25::Term>> = texts.iter().map(|query| bm25::query_terms(&query.text)).collect();
         // `text_search` has no body for a query without a searchable term.
-        let searches = queries
+        let mut searches: Vec<(&str, Value)> = texts
             .iter()
             .zip(&terms)
             .filter_map(|(query, terms)| {
@@ -1048,52 +1076,33 @@ impl MemoryStore for ClusterStore {
                 ))
             })
             .collect();
+        searches.extend(vectors.iter().map(|query| {
+            let body = query::vector_search(self.engine, scope, &query.filter, &query.vector);
+            (tier_index(query.filter.tier), body)
+        }));
         let mut answers = self.scoped_searches(scope, searches).await?.into_iter();
-        queries
-            .iter()
-            .zip(&terms)
-            .map(|(query, terms)| {
-                if terms.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let answer = answers
-                    .next()
-                    .ok_or_else(|| Error::Storage("_msearch: an answer is missing".into()))?;
-                text_hits(query, terms, &answer)
-            })
-            .collect()
+        let mut next = || {
+            answers
+                .next()
+                .ok_or_else(|| Error::Storage("_msearch: an answer is missing".into()))
+        };
+        let mut text_legs = Vec::with_capacity(texts.len());
+        for (query, terms) in texts.iter().zip(&terms) {
+            text_legs.push(if terms.is_empty() {
+                Vec::new()
+            } else {
+                text_hits(query, terms, &next()?)?
+            });
+        }
+        let mut vector_legs = Vec::with_capacity(vectors.len());
+        for query in vectors {
+            vector_legs.push(vector_hits(query.filter.tier, &next()?)?);
+        }
+        Ok((text_legs, vector_legs))
     }
 
-    /// Every vector leg in one `_msearch`.
-    async fn search_vectors(&self, scope: &Scope, queries: &[VectorQuery]) -> Result<Vec<Vec<TextHit>>> {
-        self.ready()?;
-        let searches = queries
-            .iter()
-            .map(|query| {
-                let body = query::vector_search(self.engine, scope, &query.filter, &query.vector);
-                (tier_index(query.filter.tier), body)
-            })
-            .collect();
-        let answers = self.scoped_searches(scope, searches).await?;
-        queries
-            .iter()
-            .zip(answers)
-            .map(|(query, answer)| {
-                let tier = query.filter.tier;
-                let mut found = records::hits(&answer)?
-                    .iter()
-                    .map(|hit| {
-                        Ok(TextHit {
-                            memory: memory_of(tier, &hit.source)?,
-                            // Both engines score cosine as (1 + cos) / 2.
-                            score: 2.0 * hit.score()? - 1.0,
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                found.sort_by(|a, b| b.score.total_cmp(&a.score));
-                Ok(found)
-            })
-            .collect()
+    fn searches_legs_together(&self) -> bool {
+        true
     }
 
     async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()> {

@@ -2449,7 +2449,7 @@ pub async fn search_hits_carry_vectors_when_asked(store: Arc<dyn MemoryStore>) {
     }
 }
 
-/// A recall's legs sent together (`search_texts`, `search_vectors`) answer exactly as
+/// A recall's legs sent together (`search_texts`, `search_vectors`, `search_legs`) answer exactly as
 /// each alone, in order, a query without a searchable word included, and see nothing
 /// of another scope.
 pub async fn legs_searched_together_answer_as_alone(store: Arc<dyn MemoryStore>) {
@@ -2522,6 +2522,27 @@ pub async fn legs_searched_together_answer_as_alone(store: Arc<dyn MemoryStore>)
     }
     assert_eq!(together[0][0].memory.id(), jazz.id);
     assert!(store.search_texts(&alice, &[]).await.expect("none").is_empty());
+
+    // Every leg at once answers as each group alone, in order.
+    let (text_legs, vector_legs) = store
+        .search_legs(&alice, &texts, &vectors)
+        .await
+        .expect("every leg");
+    let texts_alone = store.search_texts(&alice, &texts).await.expect("text legs");
+    assert_eq!(text_legs.len(), texts.len());
+    for (hits, alone) in text_legs.iter().zip(&texts_alone) {
+        assert_eq!(summary(hits), summary(alone));
+    }
+    assert_eq!(vector_legs.len(), vectors.len());
+    for (hits, alone) in vector_legs.iter().zip(&together) {
+        assert_eq!(summary(hits), summary(alone));
+    }
+    let (none, vector_only) = store
+        .search_legs(&alice, &[], &vectors)
+        .await
+        .expect("vector legs only");
+    assert!(none.is_empty());
+    assert_eq!(vector_only.len(), vectors.len());
 }
 
 #[cfg(test)]
