@@ -31,29 +31,16 @@ fn main() {
         .filter_map(|argument| argument.parse().ok())
         .collect();
     // `--opensearch URL` runs on a search cluster (fresh indices, deleted afterwards).
-    let opensearch = arguments
-        .iter()
-        .position(|argument| argument == "--opensearch")
-        .and_then(|index| arguments.get(index + 1))
-        .cloned();
+    let opensearch = common::flag_value(&arguments, "--opensearch");
     // `--legs bm25` or `--legs knn` times one leg alone, to see where the time goes.
-    let legs = arguments
-        .iter()
-        .position(|argument| argument == "--legs")
-        .and_then(|index| arguments.get(index + 1))
-        .cloned()
-        .unwrap_or_else(|| "both".into());
+    let legs = common::flag_value(&arguments, "--legs").unwrap_or_else(|| "both".into());
     let sizes = if sizes.is_empty() {
         vec![1_000, 10_000, 100_000]
     } else {
         sizes
     };
     // `--log cairn_store_cluster=debug` logs every cluster request with its time.
-    if let Some(filter) = arguments
-        .iter()
-        .position(|argument| argument == "--log")
-        .and_then(|index| arguments.get(index + 1))
-    {
+    if let Some(filter) = common::flag_value(&arguments, "--log") {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .init();

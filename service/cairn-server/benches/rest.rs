@@ -259,11 +259,7 @@ fn main() {
         .iter()
         .find_map(|argument| argument.parse::<usize>().ok())
         .unwrap_or(2_000);
-    let cluster = arguments
-        .iter()
-        .position(|argument| argument == "--cluster")
-        .and_then(|index| arguments.get(index + 1))
-        .cloned();
+    let cluster = common::flag_value(&arguments, "--cluster");
     let runtime = common::runtime();
     runtime.block_on(async {
         let client = reqwest::Client::new();

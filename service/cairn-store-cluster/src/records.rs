@@ -132,7 +132,7 @@ pub struct Owner {
 }
 
 /// A fact's or playbook's use counts, which recall updates.
-#[derive(Clone, Deserialize)]
+#[derive(Deserialize)]
 pub struct Usage {
     pub use_count: u64,
     pub last_used_at: Option<i64>,

@@ -133,7 +133,7 @@ impl ClusterStore {
                 .filter(|(_, counter)| counter.is_none())
                 .map(|(id, _)| *id)
                 .collect();
-            let records = self.own_counts(scope, &uncounted).await?;
+            let mut records = self.own_counts(scope, &uncounted).await?;
             let mut lines = Vec::new();
             for (id, counter) in ids.iter().zip(&counters) {
                 let Some(usage) = left.get(id) else {
@@ -146,9 +146,9 @@ impl ClusterStore {
                         "if_seq_no": seq_no, "if_primary_term": primary_term
                     } });
                     (counter.read::<records::Usage>()?, action)
-                } else if let Some(own) = records.get(*id) {
+                } else if let Some(own) = records.remove(*id) {
                     let action = json!({ "create": { "_index": usage_index, "_id": id, "routing": tenant } });
-                    (own.clone(), action)
+                    (own, action)
                 } else {
                     left.remove(id);
                     continue;

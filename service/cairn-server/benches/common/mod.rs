@@ -81,6 +81,15 @@ pub fn scope_of(tenant: &str, user: &str) -> Scope {
         .expect("scope")
 }
 
+/// The value given after `flag` on the command line (`--flag value`), if any.
+pub fn flag_value(arguments: &[String], flag: &str) -> Option<String> {
+    arguments
+        .iter()
+        .position(|argument| argument == flag)
+        .and_then(|index| arguments.get(index + 1))
+        .cloned()
+}
+
 pub fn percentile(sorted: &[Duration], share: f64) -> f64 {
     let index = ((sorted.len() as f64 - 1.0) * share).round() as usize;
     sorted[index].as_secs_f64() * 1000.0
