@@ -172,7 +172,7 @@ impl Cairn {
                     tracing::warn!(tenant = %scope.tenant(), error = %error, "synchronous consolidation failed; queued");
                     report.error = Some(match &error {
                         Error::Provider(_) | Error::Unavailable(_) => error.to_string(),
-                        _ => error.code().to_owned(),
+                        _ => error.code().as_str().to_owned(),
                     });
                     self.wake_consolidation();
                 }

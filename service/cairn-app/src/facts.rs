@@ -293,7 +293,8 @@ impl Cairn {
         change_set.audit.extend(lift_event);
         match self.store.commit(scope, change_set).await {
             Err(Error::Conflict {
-                code: "duplicate", ..
+                code: cairn_core::ErrorCode::Duplicate,
+                ..
             }) if racing_duplicate && !retried => {
                 // Written again, the duplicate gate now finds the value and says so.
                 return Box::pin(self.write_fact_once(scope, context, input, true)).await;
@@ -400,7 +401,7 @@ impl Cairn {
         let fact = self.get_fact(scope, fact_id).await?;
         if !matches!(fact.status, FactStatus::Active | FactStatus::Superseded) {
             return Err(Error::Conflict {
-                code: "not_active",
+                code: cairn_core::ErrorCode::NotActive,
                 message: format!("fact {fact_id} is already {}", fact.status.as_str()),
             });
         }

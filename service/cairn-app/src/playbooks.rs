@@ -100,7 +100,7 @@ impl Cairn {
             && base_version != current.version
         {
             return Err(Error::Conflict {
-                code: "version_conflict",
+                code: cairn_core::ErrorCode::VersionConflict,
                 message: format!(
                     "playbook {playbook_id} is at version {}, not {base_version}",
                     current.version

@@ -32,7 +32,7 @@ const CHANGES_PER_COMMIT: usize = 500;
 /// Texts embedded per call while importing.
 const EMBED_BATCH: usize = 64;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScopeExport {
     pub format: String,
@@ -49,7 +49,7 @@ pub struct ScopeExport {
     pub decisions: Vec<ExportedDecision>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExportedEpisode {
     pub id: String,
@@ -59,7 +59,7 @@ pub struct ExportedEpisode {
     pub ingested_at: DateTime<Utc>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExportedFact {
     pub id: String,
@@ -82,14 +82,14 @@ pub struct ExportedFact {
 }
 
 /// A playbook as its versions, oldest first; the last is the current one.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExportedPlaybook {
     pub id: String,
     pub versions: Vec<ExportedPlaybookVersion>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExportedPlaybookVersion {
     pub version: u32,
@@ -104,7 +104,7 @@ pub struct ExportedPlaybookVersion {
     pub use_count: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExportedTombstone {
     pub id: String,
@@ -115,7 +115,7 @@ pub struct ExportedTombstone {
     pub lifted_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExportedDecision {
     pub id: String,
@@ -128,7 +128,7 @@ pub struct ExportedDecision {
 }
 
 /// What a Cairn import wrote.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ImportReport {
     pub episodes: usize,
     pub facts: usize,
@@ -140,7 +140,7 @@ pub struct ImportReport {
 
 /// A mem0 `get_all` document: `{"results": [...]}` (with or without a total), a
 /// `{"memories": [...]}` file, or the bare list older releases return.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Mem0Document {
     Results { results: Vec<Mem0Memory> },
@@ -149,7 +149,7 @@ pub enum Mem0Document {
 }
 
 /// One mem0 memory; fields Cairn has no use for (`hash`, `agent_id`, ...) are ignored.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 pub struct Mem0Memory {
     pub id: Option<String>,
     pub memory: String,
@@ -160,7 +160,7 @@ pub struct Mem0Memory {
 }
 
 /// What a mem0 import did with each memory.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Mem0ImportReport {
     /// Written as new active facts.
     pub created: usize,
@@ -495,7 +495,8 @@ impl Cairn {
                 Ok(_) => report.duplicates += 1,
                 Err(Error::Tombstoned { .. }) => report.tombstoned += 1,
                 Err(Error::Conflict {
-                    code: "duplicate", ..
+                    code: cairn_core::ErrorCode::Duplicate,
+                    ..
                 }) => report.duplicates += 1,
                 Err(error) => return Err(error),
             }
@@ -618,7 +619,7 @@ impl Cairn {
             || !self.store.list_tombstones(scope).await?.is_empty();
         if holds_memory {
             return Err(Error::Conflict {
-                code: "scope_not_empty",
+                code: cairn_core::ErrorCode::ScopeNotEmpty,
                 message: "an import goes into a user with no memory; erase the user first".into(),
             });
         }

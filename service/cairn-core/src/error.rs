@@ -1,5 +1,78 @@
 //! The error type shared by the domain, the use cases and every store adapter.
 
+/// The closed set of machine codes an error carries, part of the public contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidRequest,
+    NotFound,
+    Tombstoned,
+    InternalError,
+    Unavailable,
+    ProviderError,
+    EvidenceErased,
+    Duplicate,
+    NotActive,
+    ScopeNotEmpty,
+    VersionConflict,
+    TokenBudgetExhausted,
+    ScopeErased,
+    MappingMismatch,
+    WatermarkMoved,
+    StoreInUse,
+    InsufficientScope,
+    UserMismatch,
+    MissingToken,
+    TokenExpired,
+    InvalidToken,
+    RateLimited,
+    PayloadTooLarge,
+    RouteNotFound,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Tombstoned => "tombstoned",
+            ErrorCode::InternalError => "internal_error",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::ProviderError => "provider_error",
+            ErrorCode::EvidenceErased => "evidence_erased",
+            ErrorCode::Duplicate => "duplicate",
+            ErrorCode::NotActive => "not_active",
+            ErrorCode::ScopeNotEmpty => "scope_not_empty",
+            ErrorCode::VersionConflict => "version_conflict",
+            ErrorCode::TokenBudgetExhausted => "token_budget_exhausted",
+            ErrorCode::ScopeErased => "scope_erased",
+            ErrorCode::MappingMismatch => "mapping_mismatch",
+            ErrorCode::WatermarkMoved => "watermark_moved",
+            ErrorCode::StoreInUse => "store_in_use",
+            ErrorCode::InsufficientScope => "insufficient_scope",
+            ErrorCode::UserMismatch => "user_mismatch",
+            ErrorCode::MissingToken => "missing_token",
+            ErrorCode::TokenExpired => "token_expired",
+            ErrorCode::InvalidToken => "invalid_token",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::RouteNotFound => "route_not_found",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// Every failure a use case can report. Each variant has a stable machine code
 /// (see [`Error::code`]) that the server maps to exactly one HTTP status.
 #[derive(Debug, thiserror::Error)]
@@ -13,13 +86,13 @@ pub enum Error {
     NotFound { what: &'static str },
     /// The record exists but is no longer in the state the operation requires.
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict { code: ErrorCode, message: String },
     /// The value matches a tombstone of this scope: it was retracted or forgotten.
     #[error("this value was retracted or forgotten in this scope")]
     Tombstoned { tombstone_id: String },
     /// The credential lacks a permission the operation needs.
     #[error("{message}")]
-    Forbidden { code: &'static str, message: String },
+    Forbidden { code: ErrorCode, message: String },
     /// The storage backend failed; the message is for logs, never for clients.
     #[error("storage failure: {0}")]
     Storage(String),
@@ -32,7 +105,7 @@ pub enum Error {
     /// A quota of the tenant is spent until a known time (the LLM token budget).
     #[error("{message}")]
     QuotaExhausted {
-        code: &'static str,
+        code: ErrorCode,
         message: String,
         retry_after_seconds: u64,
     },
@@ -40,17 +113,17 @@ pub enum Error {
 
 impl Error {
     /// A stable snake_case code, part of the public contract.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Error::Invalid { .. } => "invalid_request",
-            Error::NotFound { .. } => "not_found",
-            Error::Conflict { code, .. } => code,
-            Error::Tombstoned { .. } => "tombstoned",
-            Error::Forbidden { code, .. } => code,
-            Error::Storage(_) => "internal_error",
-            Error::Unavailable(_) => "unavailable",
-            Error::Provider(_) => "provider_error",
-            Error::QuotaExhausted { code, .. } => code,
+            Error::Invalid { .. } => ErrorCode::InvalidRequest,
+            Error::NotFound { .. } => ErrorCode::NotFound,
+            Error::Conflict { code, .. }
+            | Error::Forbidden { code, .. }
+            | Error::QuotaExhausted { code, .. } => *code,
+            Error::Tombstoned { .. } => ErrorCode::Tombstoned,
+            Error::Storage(_) => ErrorCode::InternalError,
+            Error::Unavailable(_) => ErrorCode::Unavailable,
+            Error::Provider(_) => ErrorCode::ProviderError,
         }
     }
 
@@ -75,7 +148,7 @@ impl Error {
     /// while the change was being prepared).
     pub fn evidence_erased(episode_id: &str) -> Self {
         Error::Conflict {
-            code: "evidence_erased",
+            code: ErrorCode::EvidenceErased,
             message: format!("episode {episode_id} was erased; what was derived from it is not written"),
         }
     }
@@ -83,14 +156,14 @@ impl Error {
     /// An active fact of the scope already holds the value being written.
     pub fn duplicate() -> Self {
         Error::Conflict {
-            code: "duplicate",
+            code: ErrorCode::Duplicate,
             message: "an active fact with the same normalized text exists".into(),
         }
     }
 
     pub fn not_active(what: &str) -> Self {
         Error::Conflict {
-            code: "not_active",
+            code: ErrorCode::NotActive,
             message: format!("{what} is no longer active"),
         }
     }

@@ -21,7 +21,7 @@ pub use consolidate::{
     Usage, Verdict,
 };
 pub use embed::{Embedder, cosine};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorCode, Result};
 pub use ids::new_id;
 pub use model::*;
 pub use rerank::Reranker;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// What kind of statement a fact is. Identity, preference and constraint facts are
 /// lasting; world and event facts are dynamic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FactType {
     Identity,
@@ -61,7 +61,7 @@ impl FactType {
 }
 
 /// The life-cycle state of a fact.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FactStatus {
     /// Believed true now.
@@ -196,7 +196,7 @@ impl Playbook {
 }
 
 /// How a new fact relates to an existing one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum EdgeKind {
     /// The new fact retires the old one.
@@ -234,7 +234,7 @@ pub struct Tombstone {
     pub lifted_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TombstoneReason {
     Retracted,
@@ -251,7 +251,7 @@ impl TombstoneReason {
 }
 
 /// The outcome of one write or consolidation decision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum DecisionKind {
     New,

@@ -6,6 +6,7 @@
 //! (and test fixtures). Store methods take `&Scope` first, so a query without a tenant
 //! filter cannot be written without going through authentication.
 
+use crate::error::ErrorCode;
 use crate::error::{Error, Result};
 use std::fmt;
 
@@ -131,7 +132,7 @@ impl Principal {
         let user = UserId::parse(user)?;
         if !self.has(permission) {
             return Err(Error::Forbidden {
-                code: "insufficient_scope",
+                code: ErrorCode::InsufficientScope,
                 message: format!("this operation needs the {} scope", permission.as_str()),
             });
         }
@@ -139,7 +140,7 @@ impl Principal {
             && *bound != user
         {
             return Err(Error::Forbidden {
-                code: "user_mismatch",
+                code: ErrorCode::UserMismatch,
                 message: "this token is bound to a different user".to_owned(),
             });
         }
@@ -157,13 +158,13 @@ impl Principal {
     pub fn tenant_scope(&self) -> Result<TenantScope> {
         if !self.has(Permission::Admin) {
             return Err(Error::Forbidden {
-                code: "insufficient_scope",
+                code: ErrorCode::InsufficientScope,
                 message: format!("this operation needs the {} scope", Permission::Admin.as_str()),
             });
         }
         if self.bound_user.is_some() {
             return Err(Error::Forbidden {
-                code: "user_mismatch",
+                code: ErrorCode::UserMismatch,
                 message: "this token is bound to one user and cannot act on the whole tenant".to_owned(),
             });
         }
@@ -261,7 +262,7 @@ mod tests {
         assert!(matches!(
             denied,
             Err(Error::Forbidden {
-                code: "insufficient_scope",
+                code: ErrorCode::InsufficientScope,
                 ..
             })
         ));
@@ -279,7 +280,7 @@ mod tests {
         assert!(matches!(
             other,
             Err(Error::Forbidden {
-                code: "user_mismatch",
+                code: ErrorCode::UserMismatch,
                 ..
             })
         ));

@@ -16,7 +16,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 /// The three memory tiers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Tier {
     Episodic,
     Semantic,

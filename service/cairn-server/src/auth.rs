@@ -50,11 +50,12 @@ pub enum AuthError {
 }
 
 impl AuthError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> cairn_core::ErrorCode {
+        use cairn_core::ErrorCode;
         match self {
-            AuthError::Missing => "missing_token",
-            AuthError::Expired => "token_expired",
-            AuthError::Invalid(_) => "invalid_token",
+            AuthError::Missing => ErrorCode::MissingToken,
+            AuthError::Expired => ErrorCode::TokenExpired,
+            AuthError::Invalid(_) => ErrorCode::InvalidToken,
         }
     }
 }

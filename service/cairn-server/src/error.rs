@@ -2,10 +2,11 @@
 //! `{"error":{"code","message","request_id"}}`.
 
 use crate::auth::AuthError;
+use crate::wire::{ErrorDetail, ErrorResponse};
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
-use serde_json::json;
+use cairn_core::ErrorCode;
 
 tokio::task_local! {
     /// The id of the request being served, set by the request middleware so that every
@@ -41,7 +42,7 @@ pub enum ApiError {
 impl ApiError {
     /// Status, stable code and client-facing message. Exhaustive on purpose: a new
     /// error variant must decide here how it is shown.
-    fn parts(&self) -> (StatusCode, &'static str, String) {
+    pub fn parts(&self) -> (StatusCode, ErrorCode, String) {
         use cairn_core::Error as Core;
         match self {
             ApiError::Core(error) => {
@@ -74,25 +75,40 @@ impl ApiError {
                 (status, error.code(), message)
             }
             ApiError::Auth(error) => (StatusCode::UNAUTHORIZED, error.code(), error.to_string()),
-            ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited", self.to_string()),
+            ApiError::RateLimited { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::RateLimited,
+                self.to_string(),
+            ),
             ApiError::PayloadTooLarge { .. } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
+                ErrorCode::PayloadTooLarge,
                 self.to_string(),
             ),
             ApiError::Malformed(message) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
+                ErrorCode::InvalidRequest,
                 message.clone(),
             ),
-            ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found", self.to_string()),
+            ApiError::RouteNotFound => (StatusCode::NOT_FOUND, ErrorCode::RouteNotFound, self.to_string()),
         }
     }
 
-    /// The body for a tool or handler that renders errors itself.
-    pub fn body(&self, request_id: &str) -> serde_json::Value {
-        let (_, code, message) = self.parts();
-        json!({ "error": { "code": code, "message": message, "request_id": request_id } })
+    /// The error as clients see it, over REST and MCP alike; server-side failures are
+    /// logged here, once, with the request id.
+    pub fn report(&self, request_id: &str) -> (StatusCode, ErrorResponse) {
+        let (status, code, message) = self.parts();
+        if status.is_server_error() {
+            tracing::error!(request_id = %request_id, code = code.as_str(), error = %self, "request failed");
+        }
+        let body = ErrorResponse {
+            error: ErrorDetail {
+                code,
+                message,
+                request_id: request_id.to_owned(),
+            },
+        };
+        (status, body)
     }
 }
 
@@ -102,11 +118,7 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let request_id = current_request_id();
-        let (status, code, _) = self.parts();
-        if status.is_server_error() {
-            tracing::error!(request_id = %request_id, code, error = %self, "request failed");
-        }
+        let (status, body) = self.report(&current_request_id());
         let mut response = HttpResponse::build(status);
         match self {
             ApiError::Auth(_) => {
@@ -126,7 +138,7 @@ impl ResponseError for ApiError {
             | ApiError::Malformed(_)
             | ApiError::RouteNotFound => {}
         }
-        response.json(self.body(&request_id))
+        response.json(body)
     }
 }
 

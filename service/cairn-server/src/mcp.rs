@@ -18,11 +18,11 @@ use rmcp::model::{
     ListPromptsResult, PaginatedRequestParams, Prompt, PromptArgument, PromptMessage, Role,
     ServerCapabilities, ServerConfig,
 };
-use rmcp::schemars::{self, JsonSchema};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use rmcp_actix_web::transport::{LocalSessionManager, StreamableHttpService, on_request_extensions};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -51,13 +51,24 @@ impl McpCaller {
     }
 }
 
-/// Authenticates every request to `/mcp` before any MCP message is read.
+/// Authenticates every request to `/mcp` before any MCP message is read. A token
+/// without any memory scope is refused here; each tool then checks the scope it needs.
 pub async fn authenticate_mcp(
     request: ServiceRequest,
     next: Next<BoxBody>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     match authenticate(request.request()).await {
         Ok(Authenticated { principal, context }) => {
+            if ![Permission::Read, Permission::Write]
+                .into_iter()
+                .any(|permission| principal.has(permission))
+            {
+                let refused = ApiError::from(Error::Forbidden {
+                    code: cairn_core::ErrorCode::InsufficientScope,
+                    message: "the MCP endpoint needs a memory scope".into(),
+                });
+                return Ok(request.error_response(refused));
+            }
             request.extensions_mut().insert(McpCaller { principal, context });
             next.call(request).await
         }
@@ -190,29 +201,41 @@ fn caller(context: &RequestContext<RoleServer>) -> Result<McpCaller, McpError> {
         .ok_or_else(|| McpError::internal_error("the request carries no authenticated caller", None))
 }
 
-/// Renders a use-case outcome as a tool result: structured content plus a short text,
-/// or a tool error carrying the REST error body (same codes, no internal detail).
-fn finish(outcome: Result<(Value, String), ApiError>, caller: &McpCaller) -> CallToolResult {
+/// Renders a use-case outcome as a tool result: the REST response type as structured
+/// content plus a short text, or a tool error carrying the REST error body (same codes,
+/// reported and logged by the same function as REST errors).
+fn finish<T: Serialize>(outcome: Result<(T, String), ApiError>, caller: &McpCaller) -> CallToolResult {
+    let failed = |error: ApiError| {
+        let (_, body) = error.report(&caller.context.request_id);
+        let text = format!("error {}: {}", body.error.code, body.error.message);
+        let mut result = CallToolResult::structured_error(serde_json::to_value(&body).unwrap_or(Value::Null));
+        result.content = vec![ContentBlock::text(text)];
+        result
+    };
     match outcome {
-        Ok((value, summary)) => {
-            let mut result = CallToolResult::structured(value);
-            result.content = vec![ContentBlock::text(summary)];
-            result
-        }
-        Err(error) => {
-            let body = error.body(&caller.context.request_id);
-            if matches!(error, ApiError::Core(Error::Storage(_))) {
-                tracing::error!(request_id = %caller.context.request_id, error = %error, "tool failed");
+        Ok((response, summary)) => match serde_json::to_value(&response) {
+            Ok(value) => {
+                let mut result = CallToolResult::structured(value);
+                result.content = vec![ContentBlock::text(summary)];
+                result
             }
-            let text = format!(
-                "error {}: {}",
-                body["error"]["code"].as_str().unwrap_or("internal_error"),
-                body["error"]["message"].as_str().unwrap_or("")
-            );
-            let mut result = CallToolResult::structured_error(body);
-            result.content = vec![ContentBlock::text(text)];
-            result
-        }
+            Err(error) => failed(ApiError::Core(Error::Storage(format!(
+                "a tool result could not be rendered: {error}"
+            )))),
+        },
+        Err(error) => failed(error),
+    }
+}
+
+/// A prompt request's failure as an MCP error, reported like every other error:
+/// the caller's mistakes as invalid parameters, the server's as internal errors.
+fn prompt_error(error: ApiError, caller: &McpCaller) -> McpError {
+    let (status, body) = error.report(&caller.context.request_id);
+    let data = serde_json::to_value(&body).ok();
+    if status.is_client_error() {
+        McpError::invalid_params(body.error.message, data)
+    } else {
+        McpError::internal_error(body.error.message, data)
     }
 }
 
@@ -255,10 +278,7 @@ impl CairnMcp {
             request.include_history = args.include_history.unwrap_or(false);
             let result = self.cairn.recall(&scope, request).await?;
             let summary = numbered(result.hits.iter().map(|hit| {
-                let text = wire::recall_hit(hit)["text"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
+                let text = wire::recall_hit(hit).text;
                 format!(
                     "[{} {} {}] {text}",
                     hit.memory.tier().as_str(),
@@ -333,10 +353,8 @@ impl CairnMcp {
         let outcome = async {
             let scope = caller.scope(args.user.as_deref(), Permission::Write)?;
             self.cairn.forget_fact(&scope, &caller.context, &args.id).await?;
-            Ok((
-                serde_json::json!({ "forgotten": args.id }),
-                format!("Forgot {}.", args.id),
-            ))
+            let summary = format!("Forgot {}.", args.id);
+            Ok((wire::Forgotten { forgotten: args.id }, summary))
         }
         .await;
         Ok(finish(outcome, &caller))
@@ -365,7 +383,9 @@ impl CairnMcp {
                 .await?;
             let summary = format!("Retracted {}: {}", fact.id, fact.text);
             Ok((
-                serde_json::json!({ "fact": wire::fact(&fact, chrono::Utc::now()) }),
+                wire::FactEnvelope {
+                    fact: wire::fact(&fact, chrono::Utc::now()),
+                },
                 summary,
             ))
         }
@@ -427,7 +447,9 @@ impl CairnMcp {
                 playbook.name, playbook.version, playbook.success_count, playbook.failure_count
             );
             Ok((
-                serde_json::json!({ "playbook": wire::playbook(&playbook) }),
+                wire::PlaybookEnvelope {
+                    playbook: wire::playbook(&playbook),
+                },
                 summary,
             ))
         }
@@ -495,9 +517,7 @@ impl ServerHandler for CairnMcp {
         };
         let scope = caller
             .scope(argument("user").as_deref(), Permission::Read)
-            .map_err(|error| {
-                McpError::invalid_params(error.to_string(), Some(error.body(&caller.context.request_id)))
-            })?;
+            .map_err(|error| prompt_error(error, &caller))?;
         let profile = self
             .cairn
             .profile(
@@ -508,13 +528,7 @@ impl ServerHandler for CairnMcp {
                 },
             )
             .await
-            .map_err(|error| {
-                let error = ApiError::from(error);
-                McpError::internal_error(
-                    "the profile could not be built",
-                    Some(error.body(&caller.context.request_id)),
-                )
-            })?;
+            .map_err(|error| prompt_error(error.into(), &caller))?;
         let text = if profile.context.is_empty() {
             "Nothing is known about the user yet.".to_owned()
         } else {

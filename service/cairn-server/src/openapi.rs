@@ -1,78 +1,72 @@
-//! The OpenAPI 3.1 document, generated from the route table so it cannot drift from it.
+//! The OpenAPI 3.1 document, generated from the route table and the wire types, so it
+//! cannot drift from what the handlers accept and answer.
 
-use crate::routes::ROUTES;
-use cairn_core::Permission;
+use crate::routes::{ROUTES, Route};
+use crate::wire::ErrorResponse;
+use schemars::generate::SchemaSettings;
+use schemars::{Schema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 
-/// The request body schema of a route, by method and path.
-fn request_schema(method: &str, path: &str) -> Option<&'static str> {
-    match (method, path) {
-        ("POST", "/v1/users/{user}/episodes") => Some("IngestRequest"),
-        ("POST", "/v1/users/{user}/facts") => Some("FactWrite"),
-        ("POST", "/v1/users/{user}/facts/{id}/retract") => Some("Retraction"),
-        ("POST", "/v1/users/{user}/playbooks") => Some("PlaybookCreate"),
-        ("POST", "/v1/users/{user}/playbooks/{id}/versions") => Some("PlaybookVersion"),
-        ("POST", "/v1/users/{user}/playbooks/{id}/outcome") => Some("PlaybookOutcome"),
-        ("POST", "/v1/users/{user}/recall") => Some("RecallRequest"),
-        ("POST", "/v1/users/{user}/consolidate") => Some("ConsolidateRequest"),
-        _ => None,
-    }
+/// Error statuses every authenticated route may answer, with what they mean.
+const ERRORS: [(u16, &str); 9] = [
+    (401, "missing, invalid or expired token"),
+    (403, "the token lacks the scope or is bound to another user"),
+    (404, "not found in this scope"),
+    (
+        409,
+        "conflict: not active, tombstoned, a version or watermark moved",
+    ),
+    (413, "body too large"),
+    (422, "malformed or invalid input"),
+    (429, "rate limit or token budget exceeded; see Retry-After"),
+    (500, "internal error; quote the request id"),
+    (
+        503,
+        "the store is unavailable; retry later (see Retry-After when given)",
+    ),
+];
+
+/// Routes that may wait on a model provider (a synchronous consolidation run).
+fn calls_provider(route: &Route) -> bool {
+    route.path.ends_with("/consolidate") || route.path.ends_with("/episodes") && route.method == "POST"
 }
 
-fn query_parameters(method: &str, path: &str) -> Vec<Value> {
-    let parameter = |name: &str, schema: Value, description: &str| json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description });
-    let paging = || {
-        vec![
-            parameter(
-                "limit",
-                json!({ "type": "integer", "minimum": 1, "maximum": 200 }),
-                "page size (default 50)",
-            ),
-            parameter(
-                "cursor",
-                json!({ "type": "string" }),
-                "next_cursor of the previous page",
-            ),
-        ]
+fn generator() -> SchemaGenerator {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.definitions_path = "/components/schemas".into();
+    settings.meta_schema = None;
+    settings.into_generator()
+}
+
+/// A type's fields as query parameters (none is required).
+fn query_parameters(schema: Schema) -> Vec<Value> {
+    let value = schema.to_value();
+    let Some(properties) = value["properties"].as_object() else {
+        return Vec::new();
     };
-    match (method, path) {
-        ("GET", "/v1/users/{user}/facts") => {
-            let mut parameters = vec![
-                parameter(
-                    "status",
-                    json!({ "type": "string", "enum": ["active", "superseded", "retracted", "expired", "all"] }),
-                    "status at as_of (default active)",
-                ),
-                parameter(
-                    "as_of",
-                    json!({ "type": "string", "format": "date-time" }),
-                    "judge status at this time",
-                ),
-            ];
-            parameters.extend(paging());
-            parameters
-        }
-        ("GET", "/v1/users/{user}/profile") => vec![
-            parameter(
-                "query",
-                json!({ "type": "string" }),
-                "also recall memories for this query",
-            ),
-            parameter("k", json!({ "type": "integer" }), "recall results to include"),
-            parameter(
-                "as_of",
-                json!({ "type": "string", "format": "date-time" }),
-                "profile as of this time",
-            ),
-            parameter(
-                "max_tokens",
-                json!({ "type": "integer", "minimum": 50 }),
-                "budget of the context block",
-            ),
-        ],
-        ("GET", _) if !path.ends_with("}") || path.ends_with("{user}") => paging(),
-        _ => Vec::new(),
-    }
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let mut property = property.clone();
+            let description = property
+                .as_object_mut()
+                .and_then(|object| object.remove("description"));
+            // A query value is never JSON null.
+            if let Some(types) = property["type"].as_array() {
+                let kept: Vec<Value> = types.iter().filter(|kind| *kind != "null").cloned().collect();
+                property["type"] = if kept.len() == 1 {
+                    kept[0].clone()
+                } else {
+                    Value::Array(kept)
+                };
+            }
+            let mut parameter = json!({ "name": name, "in": "query", "required": false, "schema": property });
+            if let Some(description) = description {
+                parameter["description"] = description;
+            }
+            parameter
+        })
+        .collect()
 }
 
 fn path_parameters(path: &str) -> Vec<Value> {
@@ -80,69 +74,86 @@ fn path_parameters(path: &str) -> Vec<Value> {
         .iter()
         .filter(|name| path.contains(&format!("{{{name}}}")))
         .map(|name| {
-            json!({
-                "name": name, "in": "path", "required": true,
-                "schema": if *name == "user" {
-                    json!({ "type": "string", "pattern": "^[A-Za-z0-9._:@-]{1,128}$" })
-                } else {
-                    json!({ "type": "string" })
-                }
-            })
+            let (schema, description) = if *name == "user" {
+                (
+                    json!({ "type": "string", "pattern": "^[A-Za-z0-9._:@-]{1,128}$" }),
+                    "the user whose memory this is, inside the token's tenant",
+                )
+            } else {
+                (json!({ "type": "string", "minLength": 1 }), "the record's id")
+            };
+            json!({ "name": name, "in": "path", "required": true, "schema": schema, "description": description })
         })
         .collect()
 }
 
-fn operation(method: &str, path: &str, permission: Option<Permission>, summary: &str) -> Value {
+fn json_content(schema: Schema) -> Value {
+    json!({ "application/json": { "schema": schema.to_value() } })
+}
+
+fn operation(route: &Route, generator: &mut SchemaGenerator) -> Value {
     let mut operation = Map::new();
-    operation.insert("summary".into(), json!(summary));
-    let mut parameters = path_parameters(path);
-    parameters.extend(query_parameters(method, path));
+    operation.insert("operationId".into(), json!(route.operation_id));
+    operation.insert("summary".into(), json!(route.summary));
+    operation.insert("tags".into(), json!([route.tag]));
+    let mut parameters = path_parameters(route.path);
+    if let Some(query) = route.query {
+        // Inline: a query type is a list of parameters, not a body schema.
+        let mut inline = generator.settings().clone();
+        inline.inline_subschemas = true;
+        parameters.extend(query_parameters(query(&mut inline.into_generator())));
+    }
     if !parameters.is_empty() {
         operation.insert("parameters".into(), Value::Array(parameters));
     }
-    if let Some(schema) = request_schema(method, path) {
+    if let Some(body) = &route.request {
+        let mut content = json_content((body.schema)(generator));
+        if let Some(example) = body
+            .example
+            .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        {
+            content["application/json"]["example"] = example;
+        }
         operation.insert(
             "requestBody".into(),
-            json!({ "required": !matches!(schema, "Retraction" | "ConsolidateRequest"),
-                    "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema}") } } } }),
+            json!({ "required": body.required, "content": content }),
         );
     }
-    let success = if method == "POST"
-        && !path.ends_with("/recall")
-        && !path.ends_with("/retract")
-        && !path.ends_with("/outcome")
-        && !path.ends_with("/consolidate")
-    {
-        "201"
-    } else {
-        "200"
-    };
     let mut responses = Map::new();
-    responses.insert(
-        success.into(),
-        json!({ "description": "success", "content": { "application/json": {} } }),
-    );
-    if let Some(permission) = permission {
+    for (status, schema) in route.success {
+        let description = if *status == 503 { "not ready" } else { "success" };
+        responses.insert(
+            status.to_string(),
+            json!({ "description": description, "content": json_content(schema(generator)) }),
+        );
+    }
+    if route.success.is_empty() {
+        responses.insert(
+            "200".into(),
+            json!({ "description": "success", "content": { "text/plain": { "schema": { "type": "string" } } } }),
+        );
+    }
+    if let Some(permission) = route.permission {
         operation.insert("security".into(), json!([{ "bearer": [permission.as_str()] }]));
-        for (status, description) in [
-            ("401", "missing, invalid or expired token"),
-            ("403", "the token lacks the scope or is bound to another user"),
-            ("404", "not found in this scope"),
-            ("413", "body too large"),
-            ("422", "malformed or invalid input"),
-            ("429", "tenant rate limit exceeded; see Retry-After"),
-        ] {
-            responses.insert(
-                status.into(),
-                json!({ "description": description,
-                "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }),
-            );
+        let error = generator.subschema_for::<ErrorResponse>().to_value();
+        for (status, description) in ERRORS {
+            let applies = match status {
+                409 => route.method != "GET",
+                413 => route.request.is_some(),
+                _ => true,
+            };
+            if applies {
+                responses.insert(
+                    status.to_string(),
+                    json!({ "description": description, "content": { "application/json": { "schema": error } } }),
+                );
+            }
         }
-        if method != "GET" {
+        if calls_provider(route) {
             responses.insert(
-                "409".into(),
-                json!({ "description": "conflict: not active, tombstoned, or version conflict",
-                "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }),
+                "502".into(),
+                json!({ "description": "the model provider failed; the episodes are stored and consolidation retries",
+                        "content": { "application/json": { "schema": error } } }),
             );
         }
     }
@@ -150,77 +161,44 @@ fn operation(method: &str, path: &str, permission: Option<Permission>, summary: 
     Value::Object(operation)
 }
 
-fn schemas() -> Value {
-    let time = json!({ "type": "string", "format": "date-time" });
-    json!({
-        "Error": { "type": "object", "required": ["error"], "properties": { "error": {
-            "type": "object", "required": ["code", "message", "request_id"],
-            "properties": { "code": { "type": "string" }, "message": { "type": "string" }, "request_id": { "type": "string" } } } } },
-        "IngestRequest": { "type": "object", "required": ["messages"], "additionalProperties": false, "properties": {
-            "messages": { "type": "array", "minItems": 1, "items": { "type": "object", "required": ["role", "content"],
-                "additionalProperties": false, "properties": {
-                    "role": { "type": "string", "enum": ["user", "assistant"] },
-                    "content": { "type": "string", "minLength": 1 }, "timestamp": time } } },
-            "session_id": { "type": "string" },
-            "consolidate": { "type": "string", "enum": ["async", "sync", "none"] } } },
-        "FactWrite": { "type": "object", "required": ["text"], "additionalProperties": false, "properties": {
-            "text": { "type": "string", "minLength": 1 },
-            "fact_type": { "type": "string", "enum": ["identity", "preference", "constraint", "world", "event"] },
-            "confidence": { "type": "number", "minimum": 0, "maximum": 1 },
-            "supersedes": { "type": "string" },
-            "contradiction": { "type": "string", "enum": ["natural", "harsh"] },
-            "valid_from": time, "valid_to": time, "expires_at": time,
-            "reassert": { "type": "boolean", "description": "the user restated a retracted or forgotten value first-hand; accepted only when a user episode ingested after the tombstone states the value" },
-            "evidence_episode_id": { "type": "string", "description": "the episode restating the value (default: the newest such episode found)" } } },
-        "Retraction": { "type": "object", "additionalProperties": false, "properties": { "reason": { "type": "string" } } },
-        "PlaybookCreate": { "type": "object", "required": ["name", "trigger", "steps"], "additionalProperties": false, "properties": {
-            "name": { "type": "string" }, "trigger": { "type": "string" },
-            "steps": { "type": "array", "items": { "type": "string" }, "minItems": 1 } } },
-        "PlaybookVersion": { "type": "object", "required": ["steps"], "additionalProperties": false, "properties": {
-            "name": { "type": "string" }, "trigger": { "type": "string" },
-            "steps": { "type": "array", "items": { "type": "string" }, "minItems": 1 },
-            "base_version": { "type": "integer" } } },
-        "ConsolidateRequest": { "type": "object", "additionalProperties": false, "properties": {
-            "dry_run": { "type": "boolean", "description": "return the decisions and write nothing" },
-            "from_start": { "type": "boolean", "description": "re-read every episode, not only those past the watermark" } } },
-        "PlaybookOutcome": { "type": "object", "required": ["success"], "additionalProperties": false,
-            "properties": { "success": { "type": "boolean" } } },
-        "RecallRequest": { "type": "object", "required": ["query"], "additionalProperties": false, "properties": {
-            "query": { "type": "string", "minLength": 1 },
-            "tiers": { "type": "array", "items": { "type": "string", "enum": ["semantic", "episodic", "procedural"] } },
-            "k": { "type": "integer", "minimum": 1, "maximum": 100 },
-            "as_of": time,
-            "include_history": { "type": "boolean" },
-            "explain": { "type": "boolean" },
-            "fact_types": { "type": "array", "items": { "type": "string" } },
-            "session_id": { "type": "string" } } }
-    })
-}
-
+/// The whole document.
 pub fn document() -> Value {
+    let mut generator = generator();
     let mut paths = Map::new();
-    for (method, path, permission, summary) in ROUTES {
+    for route in ROUTES {
         let entry = paths
-            .entry(path.to_string())
+            .entry(route.path.to_owned())
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(methods) = entry {
-            methods.insert(
-                method.to_lowercase(),
-                operation(method, path, *permission, summary),
-            );
+            methods.insert(route.method.to_lowercase(), operation(route, &mut generator));
         }
     }
+    // Every error answer, including those of routes outside the table (an unknown route).
+    generator.subschema_for::<ErrorResponse>();
+    let schemas: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
     json!({
         "openapi": "3.1.0",
         "info": {
             "title": "Cairn",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Multi-tenant memory service for AI agents. The tenant comes from the bearer token; the user from the path."
+            "description": "Multi-tenant memory service for AI agents. The tenant comes from the bearer token; the user from the path.",
+            "license": { "name": "Apache-2.0", "identifier": "Apache-2.0" }
         },
+        "servers": [{ "url": "/", "description": "the Cairn server that serves this document" }],
+        "tags": [
+            { "name": "episodes", "description": "what users said: the evidence" },
+            { "name": "facts", "description": "facts distilled or written through the gates" },
+            { "name": "playbooks", "description": "procedures with versions and outcomes" },
+            { "name": "recall", "description": "hybrid search over every tier, and the profile" },
+            { "name": "consolidation", "description": "runs, jobs and the decision log" },
+            { "name": "admin", "description": "tenant administration: users, audit, erasure, portability" },
+            { "name": "mcp", "description": "the hosted MCP endpoint" },
+            { "name": "operations", "description": "health, readiness, metrics and this document" }
+        ],
         "paths": paths,
         "components": {
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer", "bearerFormat": "JWT" } },
-            "schemas": schemas()
+            "schemas": schemas
         }
     })
 }

@@ -6,176 +6,427 @@ use crate::openapi;
 use crate::wire::{self, page_request};
 use actix_web::{HttpRequest, HttpResponse, web};
 use cairn_core::Permission;
-use serde_json::json;
 
 type Reply = Result<HttpResponse, ApiError>;
 type State = web::Data<AppState>;
 type UserPath = web::Path<String>;
 type ItemPath = web::Path<(String, String)>;
 
-/// Every route of the service, with the permission it needs: the OpenAPI document is
-/// generated from this table, and a test checks that each entry is served.
-pub const ROUTES: &[(&str, &str, Option<Permission>, &str)] = &[
-    (
-        "POST",
-        "/v1/users/{user}/episodes",
-        Some(Permission::Write),
-        "Store what the user said as episodes",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/episodes",
-        Some(Permission::Read),
-        "List episodes, newest first",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/episodes/{id}",
-        Some(Permission::Read),
-        "One episode",
-    ),
-    (
-        "POST",
-        "/v1/users/{user}/facts",
-        Some(Permission::Write),
-        "Write a fact through the gates",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/facts",
-        Some(Permission::Read),
-        "List facts by status",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/facts/{id}",
-        Some(Permission::Read),
-        "One fact, any status",
-    ),
-    (
-        "POST",
-        "/v1/users/{user}/facts/{id}/retract",
-        Some(Permission::Write),
-        "Retract a fact: it was never true",
-    ),
-    (
-        "DELETE",
-        "/v1/users/{user}/facts/{id}",
-        Some(Permission::Write),
-        "Forget (erase) a fact",
-    ),
-    (
-        "POST",
-        "/v1/users/{user}/playbooks",
-        Some(Permission::Write),
-        "Create a playbook",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/playbooks",
-        Some(Permission::Read),
-        "List playbooks",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/playbooks/{id}",
-        Some(Permission::Read),
-        "One playbook at its current version",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/playbooks/{id}/versions",
-        Some(Permission::Read),
-        "Every version of a playbook",
-    ),
-    (
-        "POST",
-        "/v1/users/{user}/playbooks/{id}/versions",
-        Some(Permission::Write),
-        "Add a playbook version",
-    ),
-    (
-        "POST",
-        "/v1/users/{user}/playbooks/{id}/outcome",
-        Some(Permission::Write),
-        "Record a playbook outcome",
-    ),
-    (
-        "POST",
-        "/v1/users/{user}/recall",
-        Some(Permission::Read),
-        "Recall memories for a query",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/profile",
-        Some(Permission::Read),
-        "Lasting and recent facts with a context block",
-    ),
-    (
-        "POST",
-        "/v1/users/{user}/consolidate",
-        Some(Permission::Write),
-        "Consolidate the user's new episodes now (or a dry run that writes nothing)",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/decisions",
-        Some(Permission::Read),
-        "The decision log",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/jobs",
-        Some(Permission::Read),
-        "Consolidation jobs of the user, queued and dead-lettered, with their errors",
-    ),
-    (
-        "POST",
-        "/v1/users/{user}/jobs/{id}/retry",
-        Some(Permission::Write),
-        "Make a consolidation job due now, out of the dead letters",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/audit",
-        Some(Permission::Admin),
-        "The audit trail of the scope",
-    ),
-    (
-        "GET",
-        "/v1/users",
-        Some(Permission::Admin),
-        "The tenant's users that hold memory, with counts and last activity",
-    ),
-    (
-        "DELETE",
-        "/v1/users/{user}",
-        Some(Permission::Admin),
-        "Erase the whole user",
-    ),
-    (
-        "GET",
-        "/v1/users/{user}/export",
-        Some(Permission::Admin),
-        "Everything of the user as one JSON document",
-    ),
-    (
-        "POST",
-        "/v1/users/{user}/import",
-        Some(Permission::Admin),
-        "An export (or, with ?format=mem0, a mem0 get_all document) back in",
-    ),
-    (
-        "POST",
-        "/mcp",
-        Some(Permission::Read),
-        "MCP streamable HTTP endpoint; each tool checks its own scope",
-    ),
-    ("GET", "/healthz", None, "Liveness"),
-    ("GET", "/readyz", None, "Readiness: store reachable"),
-    ("GET", "/metrics", None, "Prometheus metrics"),
-    ("GET", "/openapi.json", None, "This document"),
+/// Produces a schema (a `$ref` for named types) in the document's generator.
+pub type SchemaFn = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
+
+fn schema<T: schemars::JsonSchema>(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    generator.subschema_for::<T>()
+}
+
+/// A route's JSON request body.
+pub struct RequestBody {
+    pub schema: SchemaFn,
+    /// False where an empty body means the defaults.
+    pub required: bool,
+    /// An example body, as JSON text.
+    pub example: Option<&'static str>,
+}
+
+/// One route of the service: the OpenAPI document is generated from this table, and
+/// tests check that each entry is served, that its answers match its schemas, and that
+/// a token with the permission just below its own is refused.
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    /// The scope a token needs; `None` for public routes.
+    pub permission: Option<Permission>,
+    /// Success statuses with their JSON bodies (empty: not JSON, e.g. `/metrics`).
+    pub success: &'static [(u16, SchemaFn)],
+    pub request: Option<RequestBody>,
+    /// The query string's fields, as a type.
+    pub query: Option<SchemaFn>,
+    pub summary: &'static str,
+    pub operation_id: &'static str,
+    pub tag: &'static str,
+}
+
+/// Every route of the service.
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/episodes",
+        permission: Some(Permission::Write),
+        success: &[(201, schema::<wire::IngestResponse>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::IngestBody>,
+            required: true,
+            example: Some(
+                r#"{"messages": [{"role": "user", "content": "I moved to Lisbon last spring."}, {"role": "assistant", "content": "How do you like it?"}], "session_id": "chat-42"}"#,
+            ),
+        }),
+        query: None,
+        summary: "Store what the user said as episodes",
+        operation_id: "ingestEpisodes",
+        tag: "episodes",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/episodes",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::PageOf<wire::EpisodeResponse>>)],
+        request: None,
+        query: Some(schema::<wire::PageQuery>),
+        summary: "List episodes, newest first",
+        operation_id: "listEpisodes",
+        tag: "episodes",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/episodes/{id}",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::EpisodeResponse>)],
+        request: None,
+        query: None,
+        summary: "One episode",
+        operation_id: "getEpisode",
+        tag: "episodes",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/facts",
+        permission: Some(Permission::Write),
+        success: &[
+            (201, schema::<wire::FactWriteResponse>),
+            (200, schema::<wire::FactWriteResponse>),
+        ],
+        request: Some(RequestBody {
+            schema: schema::<wire::FactBody>,
+            required: true,
+            example: Some(
+                r#"{"text": "The user is vegetarian.", "fact_type": "preference", "confidence": 0.9}"#,
+            ),
+        }),
+        query: None,
+        summary: "Write a fact through the gates (200 when an active fact already holds it)",
+        operation_id: "writeFact",
+        tag: "facts",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/facts",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::PageOf<wire::FactResponse>>)],
+        request: None,
+        query: Some(schema::<wire::FactListQuery>),
+        summary: "List facts by status",
+        operation_id: "listFacts",
+        tag: "facts",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/facts/{id}",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::FactResponse>)],
+        request: None,
+        query: None,
+        summary: "One fact, any status",
+        operation_id: "getFact",
+        tag: "facts",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/facts/{id}/retract",
+        permission: Some(Permission::Write),
+        success: &[(200, schema::<wire::FactEnvelope>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::RetractBody>,
+            required: false,
+            example: Some(r#"{"reason": "the user said this was a joke"}"#),
+        }),
+        query: None,
+        summary: "Retract a fact: it was never true",
+        operation_id: "retractFact",
+        tag: "facts",
+    },
+    Route {
+        method: "DELETE",
+        path: "/v1/users/{user}/facts/{id}",
+        permission: Some(Permission::Write),
+        success: &[(200, schema::<wire::Forgotten>)],
+        request: None,
+        query: None,
+        summary: "Forget (erase) a fact",
+        operation_id: "forgetFact",
+        tag: "facts",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/playbooks",
+        permission: Some(Permission::Write),
+        success: &[(201, schema::<wire::PlaybookEnvelope>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::PlaybookBody>,
+            required: true,
+            example: Some(
+                r#"{"name": "Deploy", "trigger": "the user asks to deploy", "steps": ["run the tests", "tag the release", "deploy"]}"#,
+            ),
+        }),
+        query: None,
+        summary: "Create a playbook",
+        operation_id: "createPlaybook",
+        tag: "playbooks",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/playbooks",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::PageOf<wire::PlaybookResponse>>)],
+        request: None,
+        query: Some(schema::<wire::PageQuery>),
+        summary: "List playbooks",
+        operation_id: "listPlaybooks",
+        tag: "playbooks",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/playbooks/{id}",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::PlaybookResponse>)],
+        request: None,
+        query: None,
+        summary: "One playbook at its current version",
+        operation_id: "getPlaybook",
+        tag: "playbooks",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/playbooks/{id}/versions",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::PlaybookVersions>)],
+        request: None,
+        query: None,
+        summary: "Every version of a playbook",
+        operation_id: "listPlaybookVersions",
+        tag: "playbooks",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/playbooks/{id}/versions",
+        permission: Some(Permission::Write),
+        success: &[(201, schema::<wire::PlaybookEnvelope>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::PlaybookVersionBody>,
+            required: true,
+            example: Some(r#"{"steps": ["run the tests", "tag the release", "deploy"], "base_version": 1}"#),
+        }),
+        query: None,
+        summary: "Add a playbook version",
+        operation_id: "addPlaybookVersion",
+        tag: "playbooks",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/playbooks/{id}/outcome",
+        permission: Some(Permission::Write),
+        success: &[(200, schema::<wire::PlaybookEnvelope>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::OutcomeBody>,
+            required: true,
+            example: Some(r#"{"success": true}"#),
+        }),
+        query: None,
+        summary: "Record a playbook outcome",
+        operation_id: "recordPlaybookOutcome",
+        tag: "playbooks",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/recall",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::RecallResponse>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::RecallBody>,
+            required: true,
+            example: Some(r#"{"query": "where does the user live?", "k": 5, "explain": true}"#),
+        }),
+        query: None,
+        summary: "Recall memories for a query",
+        operation_id: "recall",
+        tag: "recall",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/profile",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::ProfileResponse>)],
+        request: None,
+        query: Some(schema::<wire::ProfileQuery>),
+        summary: "Lasting and recent facts with a context block",
+        operation_id: "getProfile",
+        tag: "recall",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/consolidate",
+        permission: Some(Permission::Write),
+        success: &[(200, schema::<wire::ConsolidationResponse>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::ConsolidateBody>,
+            required: false,
+            example: Some(r#"{"dry_run": true}"#),
+        }),
+        query: None,
+        summary: "Consolidate the user's new episodes now (or a dry run that writes nothing)",
+        operation_id: "consolidate",
+        tag: "consolidation",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/decisions",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::PageOf<wire::DecisionResponse>>)],
+        request: None,
+        query: Some(schema::<wire::PageQuery>),
+        summary: "The decision log",
+        operation_id: "listDecisions",
+        tag: "consolidation",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/jobs",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::JobList>)],
+        request: None,
+        query: None,
+        summary: "Consolidation jobs of the user, queued and dead-lettered, with their errors",
+        operation_id: "listJobs",
+        tag: "consolidation",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/jobs/{id}/retry",
+        permission: Some(Permission::Write),
+        success: &[(200, schema::<wire::JobEnvelope>)],
+        request: None,
+        query: None,
+        summary: "Make a consolidation job due now, out of the dead letters",
+        operation_id: "retryJob",
+        tag: "consolidation",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/audit",
+        permission: Some(Permission::Admin),
+        success: &[(200, schema::<wire::PageOf<wire::AuditEventResponse>>)],
+        request: None,
+        query: Some(schema::<wire::PageQuery>),
+        summary: "The audit trail of the scope",
+        operation_id: "listAudit",
+        tag: "admin",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users",
+        permission: Some(Permission::Admin),
+        success: &[(200, schema::<wire::PageOf<wire::UserSummaryResponse>>)],
+        request: None,
+        query: Some(schema::<wire::PageQuery>),
+        summary: "The tenant's users that hold memory, with counts and last activity",
+        operation_id: "listUsers",
+        tag: "admin",
+    },
+    Route {
+        method: "DELETE",
+        path: "/v1/users/{user}",
+        permission: Some(Permission::Admin),
+        success: &[(200, schema::<wire::ErasureResponse>)],
+        request: None,
+        query: None,
+        summary: "Erase the whole user",
+        operation_id: "eraseUser",
+        tag: "admin",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/export",
+        permission: Some(Permission::Admin),
+        success: &[(200, schema::<cairn_app::ScopeExport>)],
+        request: None,
+        query: None,
+        summary: "Everything of the user as one JSON document",
+        operation_id: "exportUser",
+        tag: "admin",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/import",
+        permission: Some(Permission::Admin),
+        success: &[(201, schema::<wire::ImportResponse>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::ImportBody>,
+            required: true,
+            example: Some(r#"{"results": [{"id": "m-1", "memory": "Likes green tea", "user_id": "alice"}]}"#),
+        }),
+        query: Some(schema::<wire::ImportQuery>),
+        summary: "An export (or, with ?format=mem0, a mem0 get_all document) back in",
+        operation_id: "importUser",
+        tag: "admin",
+    },
+    Route {
+        method: "POST",
+        path: "/mcp",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<serde_json::Value>)],
+        request: Some(RequestBody {
+            schema: schema::<serde_json::Value>,
+            required: true,
+            example: Some(r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#),
+        }),
+        query: None,
+        summary: "MCP streamable HTTP endpoint (JSON-RPC): needs memory:read or memory:write; each tool checks its own scope",
+        operation_id: "mcp",
+        tag: "mcp",
+    },
+    Route {
+        method: "GET",
+        path: "/healthz",
+        permission: None,
+        success: &[(200, schema::<wire::Liveness>)],
+        request: None,
+        query: None,
+        summary: "Liveness",
+        operation_id: "healthz",
+        tag: "operations",
+    },
+    Route {
+        method: "GET",
+        path: "/readyz",
+        permission: None,
+        success: &[(200, schema::<wire::Readiness>), (503, schema::<wire::Readiness>)],
+        request: None,
+        query: None,
+        summary: "Readiness: store reachable",
+        operation_id: "readyz",
+        tag: "operations",
+    },
+    Route {
+        method: "GET",
+        path: "/metrics",
+        permission: None,
+        success: &[],
+        request: None,
+        query: None,
+        summary: "Prometheus metrics (text exposition format)",
+        operation_id: "metrics",
+        tag: "operations",
+    },
+    Route {
+        method: "GET",
+        path: "/openapi.json",
+        permission: None,
+        success: &[(200, schema::<serde_json::Value>)],
+        request: None,
+        query: None,
+        summary: "This document",
+        operation_id: "openapi",
+        tag: "operations",
+    },
 ];
 
 pub fn register(config: &mut web::ServiceConfig) {
@@ -220,7 +471,7 @@ async fn not_found() -> Reply {
 }
 
 async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "status": "ok" }))
+    HttpResponse::Ok().json(wire::Liveness { status: "ok" })
 }
 
 async fn readyz(state: State) -> HttpResponse {
@@ -231,23 +482,29 @@ async fn readyz(state: State) -> HttpResponse {
             } else {
                 "not_loaded"
             };
-            let mut body = json!({ "status": "ready", "checks": { "store": "ok", "models": models } });
-            if let Some(note) = state.cairn.degraded() {
-                body["checks"]["store"] = json!("degraded");
-                body["detail"] = json!(note);
-            }
-            HttpResponse::Ok().json(body)
+            let degraded = state.cairn.degraded();
+            HttpResponse::Ok().json(wire::Readiness {
+                status: "ready",
+                checks: wire::ReadinessChecks {
+                    store: if degraded.is_some() { "degraded" } else { "ok" },
+                    models: Some(models),
+                },
+                detail: degraded,
+            })
         }
         Err(error) => {
             tracing::warn!(error = %error, "store not ready");
             // What an operator must fix (credentials rejected, an unknown CA, the node
             // down); messages from the store never hold a secret.
             let detail = error.detail();
-            HttpResponse::ServiceUnavailable().json(json!({
-                "status": "unavailable",
-                "checks": { "store": "unreachable" },
-                "detail": detail
-            }))
+            HttpResponse::ServiceUnavailable().json(wire::Readiness {
+                status: "unavailable",
+                checks: wire::ReadinessChecks {
+                    store: "unreachable",
+                    models: None,
+                },
+                detail: Some(detail),
+            })
         }
     }
 }
@@ -258,7 +515,7 @@ async fn metrics(state: State, request: HttpRequest) -> Reply {
         let caller = Authenticated::extract(&request).await?;
         if !caller.principal.has(Permission::Admin) {
             return Err(cairn_core::Error::Forbidden {
-                code: "insufficient_scope",
+                code: cairn_core::ErrorCode::InsufficientScope,
                 message: "metrics need the memory:admin scope".into(),
             }
             .into());
@@ -402,14 +659,16 @@ async fn retract_fact(caller: Authenticated, path: ItemPath, payload: web::Paylo
         .cairn
         .retract_fact(&scope, &caller.context, &id, reason)
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "fact": wire::fact(&fact, chrono::Utc::now()) })))
+    Ok(HttpResponse::Ok().json(wire::FactEnvelope {
+        fact: wire::fact(&fact, chrono::Utc::now()),
+    }))
 }
 
 async fn forget_fact(caller: Authenticated, path: ItemPath, state: State) -> Reply {
     let (user, id) = path.into_inner();
     let scope = caller.scope(&user, Permission::Write)?;
     state.cairn.forget_fact(&scope, &caller.context, &id).await?;
-    Ok(HttpResponse::Ok().json(json!({ "forgotten": id })))
+    Ok(HttpResponse::Ok().json(wire::Forgotten { forgotten: id }))
 }
 
 async fn create_playbook(
@@ -423,7 +682,9 @@ async fn create_playbook(
         .cairn
         .create_playbook(&scope, &caller.context, body.into_inner().into_input())
         .await?;
-    Ok(HttpResponse::Created().json(json!({ "playbook": wire::playbook(&playbook) })))
+    Ok(HttpResponse::Created().json(wire::PlaybookEnvelope {
+        playbook: wire::playbook(&playbook),
+    }))
 }
 
 async fn list_playbooks(
@@ -452,8 +713,9 @@ async fn playbook_versions(caller: Authenticated, path: ItemPath, state: State) 
     let (user, id) = path.into_inner();
     let scope = caller.scope(&user, Permission::Read)?;
     let versions = state.cairn.playbook_versions(&scope, &id).await?;
-    Ok(HttpResponse::Ok()
-        .json(json!({ "versions": versions.iter().map(wire::playbook).collect::<Vec<_>>() })))
+    Ok(HttpResponse::Ok().json(wire::PlaybookVersions {
+        versions: versions.iter().map(wire::playbook).collect(),
+    }))
 }
 
 async fn new_playbook_version(
@@ -468,7 +730,9 @@ async fn new_playbook_version(
         .cairn
         .new_playbook_version(&scope, &caller.context, &id, body.into_inner().into_input())
         .await?;
-    Ok(HttpResponse::Created().json(json!({ "playbook": wire::playbook(&playbook) })))
+    Ok(HttpResponse::Created().json(wire::PlaybookEnvelope {
+        playbook: wire::playbook(&playbook),
+    }))
 }
 
 async fn record_outcome(
@@ -483,7 +747,9 @@ async fn record_outcome(
         .cairn
         .record_playbook_outcome(&scope, &caller.context, &id, body.success)
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "playbook": wire::playbook(&playbook) })))
+    Ok(HttpResponse::Ok().json(wire::PlaybookEnvelope {
+        playbook: wire::playbook(&playbook),
+    }))
 }
 
 async fn recall(
@@ -532,14 +798,16 @@ async fn decisions(
 async fn jobs(caller: Authenticated, user: UserPath, state: State) -> Reply {
     let scope = caller.scope(&user, Permission::Read)?;
     let jobs = state.cairn.jobs(&scope).await?;
-    Ok(HttpResponse::Ok().json(json!({ "items": jobs.iter().map(wire::job).collect::<Vec<_>>() })))
+    Ok(HttpResponse::Ok().json(wire::JobList {
+        items: jobs.iter().map(wire::job).collect(),
+    }))
 }
 
 async fn retry_job(caller: Authenticated, path: ItemPath, state: State) -> Reply {
     let (user, id) = path.into_inner();
     let scope = caller.scope(&user, Permission::Write)?;
     let job = state.cairn.retry_job(&scope, &caller.context, &id).await?;
-    Ok(HttpResponse::Ok().json(json!({ "job": wire::job(&job) })))
+    Ok(HttpResponse::Ok().json(wire::JobEnvelope { job: wire::job(&job) }))
 }
 
 async fn audit(
@@ -591,14 +859,14 @@ async fn import_user(
                 .cairn
                 .import_scope(&scope, &caller.context, document)
                 .await?;
-            json!({ "format": "cairn", "imported": report })
+            wire::ImportResponse::Cairn { imported: report }
         }
         "mem0" => {
             let document = serde_json::from_slice(&body).map_err(|error| {
                 ApiError::Malformed(format!("the body is not a mem0 get_all document: {error}"))
             })?;
             let report = state.cairn.import_mem0(&scope, &caller.context, document).await?;
-            json!({ "format": "mem0", "imported": report })
+            wire::ImportResponse::Mem0 { imported: report }
         }
         other => {
             return Err(cairn_core::Error::invalid(

@@ -1,4 +1,6 @@
-//! Wire formats of the REST API, converted by hand to and from the use-case types.
+//! Wire formats of the REST API: every request and response body is a type here, and
+//! the OpenAPI document's schemas are generated from these types (see `openapi.rs`).
+//! MCP tools answer with the same response types.
 
 use cairn_app::{
     ConsolidateMode, ConsolidateOptions, ConsolidationOutcome, Contradiction, Explanation, FactInput,
@@ -6,12 +8,12 @@ use cairn_app::{
     RecallHit, RecallRequest, RecallResult, Role,
 };
 use cairn_core::{
-    AuditEvent, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus, FactType,
-    Memory, Page, PageRequest, Playbook, StatusFilter, Tier,
+    AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, ErasureReceipt, Error, Fact, FactStatus,
+    FactType, Memory, Page, PageRequest, Playbook, StatusFilter, Tier,
 };
 use chrono::{DateTime, FixedOffset, Utc};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 200;
@@ -26,27 +28,59 @@ fn utc(field: &str, time: Option<&str>) -> Result<Option<DateTime<Utc>>, Error> 
     .transpose()
 }
 
-fn time(time: DateTime<Utc>) -> Value {
-    Value::String(time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+/// A point in time on the wire: RFC 3339 in UTC with microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timestamp(pub DateTime<Utc>);
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+    }
 }
 
-fn optional_time(value: Option<DateTime<Utc>>) -> Value {
-    value.map(time).unwrap_or(Value::Null)
+impl JsonSchema for Timestamp {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Timestamp".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "format": "date-time" })
+    }
 }
 
-#[derive(Deserialize)]
+fn time(time: DateTime<Utc>) -> Timestamp {
+    Timestamp(time)
+}
+
+fn optional_time(value: Option<DateTime<Utc>>) -> Option<Timestamp> {
+    value.map(Timestamp)
+}
+
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageBody {
+    #[schemars(extend("enum" = ["user", "assistant"]))]
     pub role: String,
+    #[schemars(length(min = 1))]
     pub content: String,
+    /// When it was said (default: now).
+    #[schemars(extend("format" = "date-time"))]
     pub timestamp: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IngestBody {
+    /// User messages become episodes; assistant messages are context for extraction only.
+    #[schemars(length(min = 1))]
     pub messages: Vec<MessageBody>,
     pub session_id: Option<String>,
+    /// When consolidation runs (default `async`).
+    #[schemars(extend("enum" = ["async", "sync", "none"]))]
     pub consolidate: Option<String>,
 }
 
@@ -91,24 +125,47 @@ impl IngestBody {
     }
 }
 
-pub fn ingest_response(outcome: &IngestOutcome) -> Value {
-    let report = &outcome.consolidation;
-    let mut consolidation = json!({
-        "requested": report.requested.as_str(),
-        "ran": report.outcome.is_some(),
-        "queued": report.outcome.is_none() && report.job_id.is_some(),
-        "job_id": report.job_id,
-    });
-    if let Some(run) = &report.outcome {
-        consolidation["run"] = self::consolidation(run);
-    }
-    if let Some(error) = &report.error {
-        consolidation["error"] = json!(error);
-    }
-    json!({ "episode_ids": outcome.episode_ids, "consolidation": consolidation })
+/// The answer to an ingest.
+#[derive(Serialize, JsonSchema)]
+pub struct IngestResponse {
+    /// The stored user messages, in order (assistant messages are not stored).
+    pub episode_ids: Vec<String>,
+    pub consolidation: IngestConsolidation,
 }
 
-#[derive(Deserialize, Default)]
+/// What happened to consolidation for an ingest.
+#[derive(Serialize, JsonSchema)]
+pub struct IngestConsolidation {
+    #[schemars(extend("enum" = ["async", "sync", "none"]))]
+    pub requested: &'static str,
+    /// A synchronous run finished (its outcome is `run`).
+    pub ran: bool,
+    /// A job is queued for the worker.
+    pub queued: bool,
+    pub job_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<ConsolidationResponse>,
+    /// Why a synchronous run did not finish (the job stays queued and retries).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+pub fn ingest_response(outcome: &IngestOutcome) -> IngestResponse {
+    let report = &outcome.consolidation;
+    IngestResponse {
+        episode_ids: outcome.episode_ids.clone(),
+        consolidation: IngestConsolidation {
+            requested: report.requested.as_str(),
+            ran: report.outcome.is_some(),
+            queued: report.outcome.is_none() && report.job_id.is_some(),
+            job_id: report.job_id.clone(),
+            run: report.outcome.as_ref().map(consolidation),
+            error: report.error.clone(),
+        },
+    }
+}
+
+#[derive(Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConsolidateBody {
     #[serde(default)]
@@ -129,46 +186,99 @@ impl ConsolidateBody {
     }
 }
 
-pub fn consolidation(outcome: &ConsolidationOutcome) -> Value {
-    let now = Utc::now();
-    json!({
-        "run_id": outcome.run_id,
-        "dry_run": outcome.dry_run,
-        "episodes_read": outcome.episodes_read,
-        "watermark": outcome.watermark,
-        "extractor": outcome.extractor,
-        "judge": outcome.judge,
-        "decisions": outcome.decisions.iter().map(decision).collect::<Vec<_>>(),
-        "facts_created": outcome.facts_created.iter().map(|created| fact(created, now)).collect::<Vec<_>>(),
-        "playbooks_created": outcome.playbooks_created,
-        "usage": {
-            "llm_calls": outcome.usage.calls,
-            "input_tokens": outcome.usage.input_tokens,
-            "output_tokens": outcome.usage.output_tokens,
-            "cost_usd": outcome.usage.cost_usd,
-        },
-        "deferred_until": outcome.deferred_until.map(|at| at.to_rfc3339()),
-        "token_budget": outcome.token_budget.as_ref().map(|budget| json!({
-            "tokens_per_day": budget.tokens_per_day,
-            "used_today": budget.used_today,
-            "resets_at": budget.resets_at.to_rfc3339(),
-        })),
-    })
+/// One consolidation run (or a dry run, which wrote nothing).
+#[derive(Serialize, JsonSchema)]
+pub struct ConsolidationResponse {
+    pub run_id: String,
+    pub dry_run: bool,
+    pub episodes_read: usize,
+    /// The position of the last episode the run read.
+    pub watermark: u64,
+    pub extractor: String,
+    pub judge: String,
+    pub decisions: Vec<DecisionResponse>,
+    pub facts_created: Vec<FactResponse>,
+    pub playbooks_created: usize,
+    pub usage: ModelUsage,
+    /// Set when the token budget ran out: the rest waits in a job due at this time.
+    pub deferred_until: Option<Timestamp>,
+    /// The tenant's token budget after the run, when one is configured.
+    pub token_budget: Option<TokenBudgetResponse>,
 }
 
-#[derive(Deserialize)]
+/// Model calls and tokens a run spent.
+#[derive(Serialize, JsonSchema)]
+pub struct ModelUsage {
+    pub llm_calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Estimated, when prices are configured.
+    pub cost_usd: f64,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct TokenBudgetResponse {
+    pub tokens_per_day: u64,
+    pub used_today: u64,
+    pub resets_at: Timestamp,
+}
+
+pub fn consolidation(outcome: &ConsolidationOutcome) -> ConsolidationResponse {
+    let now = Utc::now();
+    ConsolidationResponse {
+        run_id: outcome.run_id.clone(),
+        dry_run: outcome.dry_run,
+        episodes_read: outcome.episodes_read,
+        watermark: outcome.watermark,
+        extractor: outcome.extractor.clone(),
+        judge: outcome.judge.clone(),
+        decisions: outcome.decisions.iter().map(decision).collect(),
+        facts_created: outcome
+            .facts_created
+            .iter()
+            .map(|created| fact(created, now))
+            .collect(),
+        playbooks_created: outcome.playbooks_created,
+        usage: ModelUsage {
+            llm_calls: outcome.usage.calls,
+            input_tokens: outcome.usage.input_tokens,
+            output_tokens: outcome.usage.output_tokens,
+            cost_usd: outcome.usage.cost_usd,
+        },
+        deferred_until: optional_time(outcome.deferred_until),
+        token_budget: outcome.token_budget.as_ref().map(|budget| TokenBudgetResponse {
+            tokens_per_day: budget.tokens_per_day,
+            used_today: budget.used_today,
+            resets_at: time(budget.resets_at),
+        }),
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FactBody {
+    #[schemars(length(min = 1))]
     pub text: String,
+    #[schemars(extend("enum" = ["identity", "preference", "constraint", "world", "event"]))]
     pub fact_type: Option<String>,
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub confidence: Option<f32>,
+    /// The id of an active fact this one replaces.
     pub supersedes: Option<String>,
+    /// `natural` keeps the replaced fact as history; `harsh` retracts it.
+    #[schemars(extend("enum" = ["natural", "harsh"]))]
     pub contradiction: Option<String>,
+    #[schemars(extend("format" = "date-time"))]
     pub valid_from: Option<String>,
+    #[schemars(extend("format" = "date-time"))]
     pub valid_to: Option<String>,
+    #[schemars(extend("format" = "date-time"))]
     pub expires_at: Option<String>,
+    /// The user restated a retracted or forgotten value first-hand; accepted only when a
+    /// user episode ingested after the tombstone states the value.
     #[serde(default)]
     pub reassert: bool,
+    /// The episode restating the value (default: the newest such episode found).
     pub evidence_episode_id: Option<String>,
 }
 
@@ -197,128 +307,291 @@ impl FactBody {
     }
 }
 
-pub fn fact(fact: &Fact, as_of: DateTime<Utc>) -> Value {
-    json!({
-        "id": fact.id,
-        "text": fact.text,
-        "fact_type": fact.fact_type.as_str(),
-        "confidence": fact.confidence,
-        "status": fact.status_at(as_of).unwrap_or(fact.status).as_str(),
-        "source_episode_ids": fact.source_episode_ids,
-        "source_span": fact.source_span,
-        "created_at": time(fact.created_at),
-        "superseded_at": optional_time(fact.superseded_at),
-        "superseded_by": fact.superseded_by,
-        "retracted_at": optional_time(fact.retracted_at),
-        "retraction_reason": fact.retraction_reason,
-        "valid_from": optional_time(fact.valid_from),
-        "valid_to": optional_time(fact.valid_to),
-        "expires_at": optional_time(fact.expires_at),
-        "last_used_at": optional_time(fact.last_used_at),
-        "use_count": fact.use_count,
-    })
+/// A fact, with its status at the time the request asked about.
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct FactResponse {
+    pub id: String,
+    pub text: String,
+    pub fact_type: FactType,
+    pub confidence: f32,
+    pub status: FactStatus,
+    /// The user episodes the fact was distilled from.
+    pub source_episode_ids: Vec<String>,
+    /// The words of the episode that state it.
+    pub source_span: Option<String>,
+    pub created_at: Timestamp,
+    pub superseded_at: Option<Timestamp>,
+    pub superseded_by: Option<String>,
+    pub retracted_at: Option<Timestamp>,
+    pub retraction_reason: Option<String>,
+    pub valid_from: Option<Timestamp>,
+    pub valid_to: Option<Timestamp>,
+    pub expires_at: Option<Timestamp>,
+    pub last_used_at: Option<Timestamp>,
+    pub use_count: u64,
 }
 
-pub fn decision(decision: &Decision) -> Value {
-    json!({
-        "id": decision.id,
-        "kind": decision.kind.as_str(),
-        "reason": decision.reason,
-        "fact_id": decision.fact_id,
-        "target_ids": decision.target_ids,
-        "origin": decision.origin,
-        "created_at": time(decision.created_at),
-    })
+pub fn fact(fact: &Fact, as_of: DateTime<Utc>) -> FactResponse {
+    FactResponse {
+        id: fact.id.clone(),
+        text: fact.text.clone(),
+        fact_type: fact.fact_type,
+        confidence: fact.confidence,
+        status: fact.status_at(as_of).unwrap_or(fact.status),
+        source_episode_ids: fact.source_episode_ids.clone(),
+        source_span: fact.source_span.clone(),
+        created_at: time(fact.created_at),
+        superseded_at: optional_time(fact.superseded_at),
+        superseded_by: fact.superseded_by.clone(),
+        retracted_at: optional_time(fact.retracted_at),
+        retraction_reason: fact.retraction_reason.clone(),
+        valid_from: optional_time(fact.valid_from),
+        valid_to: optional_time(fact.valid_to),
+        expires_at: optional_time(fact.expires_at),
+        last_used_at: optional_time(fact.last_used_at),
+        use_count: fact.use_count,
+    }
 }
 
-pub fn fact_write_response(outcome: &FactWriteOutcome) -> Value {
-    json!({
-        "fact": fact(&outcome.fact, Utc::now()),
-        "decision": decision(&outcome.decision),
-        "created": outcome.created,
-    })
+/// One entry of the decision log: what a gate decided, and why.
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct DecisionResponse {
+    pub id: String,
+    pub kind: DecisionKind,
+    pub reason: String,
+    pub fact_id: Option<String>,
+    pub target_ids: Vec<String>,
+    /// What made the decision: `api`, a consolidation run, an import.
+    pub origin: String,
+    pub created_at: Timestamp,
 }
 
-pub fn episode(episode: &Episode) -> Value {
-    json!({
-        "id": episode.id,
-        "session_id": episode.session_id,
-        "text": episode.text,
-        "occurred_at": time(episode.occurred_at),
-        "ingested_at": time(episode.ingested_at),
-    })
+pub fn decision(decision: &Decision) -> DecisionResponse {
+    DecisionResponse {
+        id: decision.id.clone(),
+        kind: decision.kind,
+        reason: decision.reason.clone(),
+        fact_id: decision.fact_id.clone(),
+        target_ids: decision.target_ids.clone(),
+        origin: decision.origin.clone(),
+        created_at: time(decision.created_at),
+    }
 }
 
-pub fn playbook(playbook: &Playbook) -> Value {
-    json!({
-        "id": playbook.id,
-        "name": playbook.name,
-        "trigger": playbook.trigger,
-        "steps": playbook.steps,
-        "version": playbook.version,
-        "success_count": playbook.success_count,
-        "failure_count": playbook.failure_count,
-        "created_at": time(playbook.created_at),
-        "updated_at": time(playbook.updated_at),
-        "last_used_at": optional_time(playbook.last_used_at),
-        "use_count": playbook.use_count,
-    })
+/// The answer to a fact write: the fact (new, or the active duplicate) and the decision.
+#[derive(Serialize, JsonSchema)]
+pub struct FactWriteResponse {
+    pub fact: FactResponse,
+    pub decision: DecisionResponse,
+    /// False when the write matched an existing active fact.
+    pub created: bool,
 }
 
-pub fn audit_event(event: &AuditEvent) -> Value {
-    json!({
-        "id": event.id,
-        "at": time(event.at),
-        "subject": event.subject,
-        "tenant": event.tenant,
-        "user": event.user,
-        "action": event.action,
-        "target_ids": event.target_ids,
-        "request_id": event.request_id,
-        "detail": event.detail,
-    })
+pub fn fact_write_response(outcome: &FactWriteOutcome) -> FactWriteResponse {
+    FactWriteResponse {
+        fact: fact(&outcome.fact, Utc::now()),
+        decision: decision(&outcome.decision),
+        created: outcome.created,
+    }
 }
 
-pub fn page<T>(page: &Page<T>, render: impl Fn(&T) -> Value) -> Value {
-    json!({
-        "items": page.items.iter().map(render).collect::<Vec<_>>(),
-        "next_cursor": page.next_cursor,
-    })
+/// `{"fact": ...}`: one fact after a change.
+#[derive(Serialize, JsonSchema)]
+pub struct FactEnvelope {
+    pub fact: FactResponse,
+}
+
+/// `{"forgotten": id}`: the fact is erased and its value tombstoned.
+#[derive(Serialize, JsonSchema)]
+pub struct Forgotten {
+    pub forgotten: String,
+}
+
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct EpisodeResponse {
+    pub id: String,
+    pub session_id: Option<String>,
+    pub text: String,
+    pub occurred_at: Timestamp,
+    pub ingested_at: Timestamp,
+}
+
+pub fn episode(episode: &Episode) -> EpisodeResponse {
+    EpisodeResponse {
+        id: episode.id.clone(),
+        session_id: episode.session_id.clone(),
+        text: episode.text.clone(),
+        occurred_at: time(episode.occurred_at),
+        ingested_at: time(episode.ingested_at),
+    }
+}
+
+/// A playbook at one version, with its outcome counts.
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct PlaybookResponse {
+    pub id: String,
+    pub name: String,
+    pub trigger: String,
+    pub steps: Vec<String>,
+    pub version: u32,
+    pub success_count: u64,
+    pub failure_count: u64,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub last_used_at: Option<Timestamp>,
+    pub use_count: u64,
+}
+
+pub fn playbook(playbook: &Playbook) -> PlaybookResponse {
+    PlaybookResponse {
+        id: playbook.id.clone(),
+        name: playbook.name.clone(),
+        trigger: playbook.trigger.clone(),
+        steps: playbook.steps.clone(),
+        version: playbook.version,
+        success_count: playbook.success_count,
+        failure_count: playbook.failure_count,
+        created_at: time(playbook.created_at),
+        updated_at: time(playbook.updated_at),
+        last_used_at: optional_time(playbook.last_used_at),
+        use_count: playbook.use_count,
+    }
+}
+
+/// `{"playbook": ...}`: one playbook after a change.
+#[derive(Serialize, JsonSchema)]
+pub struct PlaybookEnvelope {
+    pub playbook: PlaybookResponse,
+}
+
+/// Every version of a playbook, oldest first.
+#[derive(Serialize, JsonSchema)]
+pub struct PlaybookVersions {
+    pub versions: Vec<PlaybookResponse>,
+}
+
+/// One audited change: who did what to which records, in which request.
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct AuditEventResponse {
+    pub id: String,
+    pub at: Timestamp,
+    /// The token subject that made the change.
+    pub subject: String,
+    pub tenant: String,
+    pub user: String,
+    pub action: String,
+    pub target_ids: Vec<String>,
+    pub request_id: String,
+    pub detail: serde_json::Value,
+}
+
+pub fn audit_event(event: &AuditEvent) -> AuditEventResponse {
+    AuditEventResponse {
+        id: event.id.clone(),
+        at: time(event.at),
+        subject: event.subject.clone(),
+        tenant: event.tenant.clone(),
+        user: event.user.clone(),
+        action: event.action.clone(),
+        target_ids: event.target_ids.clone(),
+        request_id: event.request_id.clone(),
+        detail: event.detail.clone(),
+    }
+}
+
+/// One page of a list; pass `next_cursor` as `cursor` for the next one (null at the end).
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "{T}Page")]
+pub struct PageOf<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+pub fn page<T, R>(page: &Page<T>, render: impl Fn(&T) -> R) -> PageOf<R> {
+    PageOf {
+        items: page.items.iter().map(render).collect(),
+        next_cursor: page.next_cursor.clone(),
+    }
 }
 
 /// A consolidation job as clients see it: its state, attempts and last error (the
 /// assistant context it carries is transient extraction input and is not shown).
-pub fn job(job: &ConsolidationJob) -> Value {
-    json!({
-        "id": job.id,
-        "state": if job.dead_at.is_some() { "dead" } else { "queued" },
-        "created_at": time(job.created_at),
-        "run_after": time(job.run_after),
-        "attempts": job.attempts,
-        "last_error": job.last_error,
-        "dead_at": optional_time(job.dead_at),
-    })
+#[derive(Serialize, JsonSchema)]
+pub struct JobResponse {
+    pub id: String,
+    #[schemars(extend("enum" = ["queued", "dead"]))]
+    pub state: &'static str,
+    pub created_at: Timestamp,
+    pub run_after: Timestamp,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    pub dead_at: Option<Timestamp>,
 }
 
-pub fn erasure(receipt: &ErasureReceipt) -> Value {
-    json!({
-        "deleted": {
-            "episodes": receipt.episodes,
-            "facts": receipt.facts,
-            "playbooks": receipt.playbooks,
-            "playbook_versions": receipt.playbook_versions,
-            "edges": receipt.edges,
-            "tombstones": receipt.tombstones,
-            "decisions": receipt.decisions,
-            "jobs": receipt.jobs,
-        }
-    })
+pub fn job(job: &ConsolidationJob) -> JobResponse {
+    JobResponse {
+        id: job.id.clone(),
+        state: if job.dead_at.is_some() { "dead" } else { "queued" },
+        created_at: time(job.created_at),
+        run_after: time(job.run_after),
+        attempts: job.attempts,
+        last_error: job.last_error.clone(),
+        dead_at: optional_time(job.dead_at),
+    }
 }
 
-#[derive(Deserialize)]
+/// The jobs of a user, queued and dead-lettered.
+#[derive(Serialize, JsonSchema)]
+pub struct JobList {
+    pub items: Vec<JobResponse>,
+}
+
+/// `{"job": ...}`: one job after a change.
+#[derive(Serialize, JsonSchema)]
+pub struct JobEnvelope {
+    pub job: JobResponse,
+}
+
+/// The receipt of an erasure: how many records of each kind were deleted.
+#[derive(Serialize, JsonSchema)]
+pub struct ErasureResponse {
+    pub deleted: ErasedCounts,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct ErasedCounts {
+    pub episodes: u64,
+    pub facts: u64,
+    pub playbooks: u64,
+    pub playbook_versions: u64,
+    pub edges: u64,
+    pub tombstones: u64,
+    pub decisions: u64,
+    pub jobs: u64,
+}
+
+pub fn erasure(receipt: &ErasureReceipt) -> ErasureResponse {
+    ErasureResponse {
+        deleted: ErasedCounts {
+            episodes: receipt.episodes,
+            facts: receipt.facts,
+            playbooks: receipt.playbooks,
+            playbook_versions: receipt.playbook_versions,
+            edges: receipt.edges,
+            tombstones: receipt.tombstones,
+            decisions: receipt.decisions,
+            jobs: receipt.jobs,
+        },
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
+    /// Page size (default 50).
+    #[schemars(range(min = 1, max = 200))]
     pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
 }
 
@@ -333,12 +606,19 @@ pub fn page_request(limit: Option<usize>, cursor: Option<String>) -> Result<Page
     Ok(PageRequest { limit, cursor })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FactListQuery {
+    /// Status at `as_of` (default `active`).
+    #[schemars(extend("enum" = ["active", "superseded", "retracted", "expired", "all"]))]
     pub status: Option<String>,
+    /// Judge status at this time (default now).
+    #[schemars(extend("format" = "date-time"))]
     pub as_of: Option<String>,
+    /// Page size (default 50).
+    #[schemars(range(min = 1, max = 200))]
     pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
 }
 
@@ -356,17 +636,21 @@ impl FactListQuery {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetractBody {
     pub reason: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaybookBody {
+    #[schemars(length(min = 1))]
     pub name: String,
+    /// When the playbook applies.
+    #[schemars(length(min = 1))]
     pub trigger: String,
+    #[schemars(length(min = 1))]
     pub steps: Vec<String>,
 }
 
@@ -380,12 +664,14 @@ impl PlaybookBody {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaybookVersionBody {
     pub name: Option<String>,
     pub trigger: Option<String>,
+    #[schemars(length(min = 1))]
     pub steps: Vec<String>,
+    /// The version this one is based on: 409 when another version was added since.
     pub base_version: Option<u32>,
 }
 
@@ -400,24 +686,35 @@ impl PlaybookVersionBody {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutcomeBody {
     pub success: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RecallBody {
+    #[schemars(length(min = 1))]
     pub query: String,
+    /// Tiers to search (default all three).
+    #[schemars(length(max = 8), extend("items" = { "type": "string", "enum": ["semantic", "episodic", "procedural"] }))]
     pub tiers: Option<Vec<String>>,
+    /// Hits to return (default 10).
+    #[schemars(range(min = 1, max = 100))]
     pub k: Option<usize>,
+    /// Recall what was current at this time (default now).
+    #[schemars(extend("format" = "date-time"))]
     pub as_of: Option<String>,
+    /// Also superseded, retracted and expired facts, marked with their status.
     #[serde(default)]
     pub include_history: bool,
+    /// Each hit's BM25 and kNN ranks, scores, fused score and reranker score.
     #[serde(default)]
     pub explain: bool,
+    #[schemars(length(max = 16), extend("items" = { "type": "string", "enum": ["identity", "preference", "constraint", "world", "event"] }))]
     pub fact_types: Option<Vec<String>>,
+    /// Favour episodes of this session.
     pub session_id: Option<String>,
 }
 
@@ -475,65 +772,144 @@ impl RecallBody {
     }
 }
 
-fn explanation(explanation: &Explanation) -> Value {
-    json!({
-        "bm25_rank": explanation.bm25_rank,
-        "bm25_score": explanation.bm25_score,
-        "knn_rank": explanation.knn_rank,
-        "knn_similarity": explanation.knn_similarity,
-        "fused_score": explanation.fused_score,
-        "prior": explanation.prior,
-        "rerank_score": explanation.rerank_score,
-    })
+/// Why a hit ranks where it does (with `explain: true`).
+#[derive(Serialize, JsonSchema)]
+pub struct ExplanationResponse {
+    /// 1-based rank in the BM25 leg of its tier, and its BM25 score.
+    pub bm25_rank: Option<usize>,
+    pub bm25_score: Option<f64>,
+    /// 1-based rank in the vector leg of its tier, and its cosine similarity.
+    pub knn_rank: Option<usize>,
+    pub knn_similarity: Option<f64>,
+    pub fused_score: f64,
+    /// The multiplier the recency, usage and confidence priors applied (1 when off).
+    pub prior: f64,
+    /// The reranker's score, when a reranker rescored this hit.
+    pub rerank_score: Option<f64>,
 }
 
-pub fn recall_hit(hit: &RecallHit) -> Value {
+fn explanation(explanation: &Explanation) -> ExplanationResponse {
+    ExplanationResponse {
+        bm25_rank: explanation.bm25_rank,
+        bm25_score: explanation.bm25_score,
+        knn_rank: explanation.knn_rank,
+        knn_similarity: explanation.knn_similarity,
+        fused_score: explanation.fused_score,
+        prior: explanation.prior,
+        rerank_score: explanation.rerank_score,
+    }
+}
+
+/// One recalled memory: the fields of every tier, then those of its own tier.
+#[derive(Serialize, JsonSchema)]
+pub struct RecallHitResponse {
+    pub id: String,
+    pub tier: Tier,
+    pub text: String,
+    pub score: f64,
+    /// The record's status at `as_of` (episodes and playbooks are always active).
+    pub status: FactStatus,
+    #[serde(flatten)]
+    pub details: HitDetails,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<ExplanationResponse>,
+}
+
+/// The fields of a hit that belong to its tier.
+#[derive(Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum HitDetails {
+    Fact {
+        fact_type: FactType,
+        confidence: f32,
+        created_at: Timestamp,
+        superseded_by: Option<String>,
+        valid_from: Option<Timestamp>,
+        valid_to: Option<Timestamp>,
+        expires_at: Option<Timestamp>,
+    },
+    Episode {
+        session_id: Option<String>,
+        occurred_at: Timestamp,
+    },
+    Playbook {
+        name: String,
+        trigger: String,
+        steps: Vec<String>,
+        version: u32,
+    },
+}
+
+pub fn recall_hit(hit: &RecallHit) -> RecallHitResponse {
     let (text, details) = match &hit.memory {
         Memory::Fact(record) => (
             record.text.clone(),
-            json!({ "fact_type": record.fact_type.as_str(), "confidence": record.confidence,
-                    "created_at": time(record.created_at), "superseded_by": record.superseded_by,
-                    "valid_from": optional_time(record.valid_from), "valid_to": optional_time(record.valid_to),
-                    "expires_at": optional_time(record.expires_at) }),
+            HitDetails::Fact {
+                fact_type: record.fact_type,
+                confidence: record.confidence,
+                created_at: time(record.created_at),
+                superseded_by: record.superseded_by.clone(),
+                valid_from: optional_time(record.valid_from),
+                valid_to: optional_time(record.valid_to),
+                expires_at: optional_time(record.expires_at),
+            },
         ),
         Memory::Episode(record) => (
             record.text.clone(),
-            json!({ "session_id": record.session_id, "occurred_at": time(record.occurred_at) }),
+            HitDetails::Episode {
+                session_id: record.session_id.clone(),
+                occurred_at: time(record.occurred_at),
+            },
         ),
         Memory::Playbook(record) => (
             record.searchable_text(),
-            json!({ "name": record.name, "trigger": record.trigger, "steps": record.steps, "version": record.version }),
+            HitDetails::Playbook {
+                name: record.name.clone(),
+                trigger: record.trigger.clone(),
+                steps: record.steps.clone(),
+                version: record.version,
+            },
         ),
     };
-    let mut value = json!({
-        "id": hit.memory.id(),
-        "tier": hit.memory.tier().as_str(),
-        "text": text,
-        "score": hit.score,
-        "status": hit.status.as_str(),
-    });
-    if let (Value::Object(target), Value::Object(extra)) = (&mut value, details) {
-        target.extend(extra);
-        if let Some(explained) = &hit.explanation {
-            target.insert("explain".into(), explanation(explained));
-        }
+    RecallHitResponse {
+        id: hit.memory.id().to_owned(),
+        tier: hit.memory.tier(),
+        text,
+        score: hit.score,
+        status: hit.status,
+        details,
+        explain: hit.explanation.as_ref().map(explanation),
     }
-    value
 }
 
-pub fn recall_response(result: &RecallResult) -> Value {
-    json!({
-        "hits": result.hits.iter().map(recall_hit).collect::<Vec<_>>(),
-        "as_of": time(result.as_of),
-    })
+/// The best memories for a query, best first.
+#[derive(Serialize, JsonSchema)]
+pub struct RecallResponse {
+    pub hits: Vec<RecallHitResponse>,
+    /// The time whose current memories were searched.
+    pub as_of: Timestamp,
 }
 
-#[derive(Deserialize)]
+pub fn recall_response(result: &RecallResult) -> RecallResponse {
+    RecallResponse {
+        hits: result.hits.iter().map(recall_hit).collect(),
+        as_of: time(result.as_of),
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileQuery {
+    /// Also recall memories for this query.
     pub query: Option<String>,
+    /// Recall hits to include.
+    #[schemars(range(min = 1, max = 100))]
     pub k: Option<usize>,
+    /// The profile as of this time.
+    #[schemars(extend("format" = "date-time"))]
     pub as_of: Option<String>,
+    /// Budget of the context block, in tokens (default 1000).
+    #[schemars(range(min = 50, max = 32000))]
     pub max_tokens: Option<usize>,
 }
 
@@ -548,30 +924,124 @@ impl ProfileQuery {
     }
 }
 
-pub fn profile(profile: &Profile) -> Value {
+/// What is known about the user: lasting facts, recent ones, optional recall hits, and
+/// all of it as one block of text for a prompt.
+#[derive(Serialize, JsonSchema)]
+pub struct ProfileResponse {
+    #[serde(rename = "static")]
+    pub static_facts: Vec<FactResponse>,
+    #[serde(rename = "dynamic")]
+    pub dynamic_facts: Vec<FactResponse>,
+    pub hits: Vec<RecallHitResponse>,
+    pub context: String,
+}
+
+pub fn profile(profile: &Profile) -> ProfileResponse {
     let now = Utc::now();
-    json!({
-        "static": profile.static_facts.iter().map(|record| fact(record, now)).collect::<Vec<_>>(),
-        "dynamic": profile.dynamic_facts.iter().map(|record| fact(record, now)).collect::<Vec<_>>(),
-        "hits": profile.hits.iter().map(recall_hit).collect::<Vec<_>>(),
-        "context": profile.context,
-    })
+    ProfileResponse {
+        static_facts: profile
+            .static_facts
+            .iter()
+            .map(|record| fact(record, now))
+            .collect(),
+        dynamic_facts: profile
+            .dynamic_facts
+            .iter()
+            .map(|record| fact(record, now))
+            .collect(),
+        hits: profile.hits.iter().map(recall_hit).collect(),
+        context: profile.context.clone(),
+    }
 }
 
 /// `?format=` of an import: `cairn` (the default) or `mem0`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportQuery {
+    /// `cairn` (default) or `mem0`.
+    #[schemars(extend("enum" = ["cairn", "mem0"]))]
     pub format: Option<String>,
 }
 
-pub fn user_summary(user: &cairn_core::UserSummary) -> Value {
-    json!({
-        "user": user.user,
-        "episodes": user.episodes,
-        "facts": user.facts,
-        "active_facts": user.active_facts,
-        "playbooks": user.playbooks,
-        "last_activity": user.last_activity.map(time),
-    })
+/// One user of the tenant that holds memory.
+#[derive(Serialize, JsonSchema)]
+pub struct UserSummaryResponse {
+    pub user: String,
+    pub episodes: u64,
+    /// Facts of every status.
+    pub facts: u64,
+    pub active_facts: u64,
+    pub playbooks: u64,
+    /// The latest write of the user.
+    pub last_activity: Option<Timestamp>,
+}
+
+pub fn user_summary(user: &cairn_core::UserSummary) -> UserSummaryResponse {
+    UserSummaryResponse {
+        user: user.user.clone(),
+        episodes: user.episodes,
+        facts: user.facts,
+        active_facts: user.active_facts,
+        playbooks: user.playbooks,
+        last_activity: optional_time(user.last_activity),
+    }
+}
+
+/// The answer to an import.
+#[derive(Serialize, JsonSchema)]
+#[serde(tag = "format", rename_all = "snake_case")]
+pub enum ImportResponse {
+    /// A Cairn export: what it wrote, per kind.
+    Cairn { imported: cairn_app::ImportReport },
+    /// A mem0 `get_all` document: what became of each memory.
+    Mem0 { imported: cairn_app::Mem0ImportReport },
+}
+
+/// `GET /healthz`.
+#[derive(Serialize, JsonSchema)]
+pub struct Liveness {
+    #[schemars(extend("enum" = ["ok"]))]
+    pub status: &'static str,
+}
+
+/// `GET /readyz`: 200 when the store answers, 503 with what to fix otherwise.
+#[derive(Serialize, JsonSchema)]
+pub struct Readiness {
+    #[schemars(extend("enum" = ["ready", "unavailable"]))]
+    pub status: &'static str,
+    pub checks: ReadinessChecks,
+    /// What an operator should know: a degraded cluster, or why the store is unreachable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct ReadinessChecks {
+    #[schemars(extend("enum" = ["ok", "degraded", "unreachable"]))]
+    pub store: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["ok", "not_loaded"]))]
+    pub models: Option<&'static str>,
+}
+
+/// Every error: a stable code, a message for people, and the request id to quote.
+#[derive(Serialize, JsonSchema)]
+pub struct ErrorResponse {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct ErrorDetail {
+    pub code: cairn_core::ErrorCode,
+    pub message: String,
+    pub request_id: String,
+}
+
+/// The body of an import: a Cairn export, or with `?format=mem0` a mem0 `get_all`
+/// document. Described here for the document; the handler reads the one `format` names.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+pub enum ImportBody {
+    Cairn(cairn_app::ScopeExport),
+    Mem0(cairn_app::Mem0Document),
 }

@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 
 #[path = "api/consolidation.rs"]
 mod consolidation;
+#[path = "api/contract.rs"]
+mod contract;
 #[path = "api/mcp.rs"]
 mod mcp;
 #[path = "api/portability.rs"]
@@ -1276,7 +1278,8 @@ async fn operational_routes_and_request_ids() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(document["openapi"], "3.1.0");
     let owner = token("acme", ALL);
-    for (method, path, _, _) in cairn_server::routes::ROUTES {
+    for route in cairn_server::routes::ROUTES {
+        let (method, path) = (route.method, route.path);
         let method_name = method.to_lowercase();
         assert!(
             document["paths"][path][&method_name].is_object(),

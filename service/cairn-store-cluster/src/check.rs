@@ -58,7 +58,7 @@ impl ClusterStore {
                         .ok_or(Error::NotFound { what: "tombstone" })?;
                     if !doc.source["lifted_at"].is_null() {
                         return Err(Error::Conflict {
-                            code: "not_active",
+                            code: cairn_core::ErrorCode::NotActive,
                             message: format!("tombstone {tombstone_id} is already lifted"),
                         });
                     }
@@ -88,7 +88,7 @@ impl ClusterStore {
                     let current = doc.source["version"].as_u64().unwrap_or(0);
                     if current != u64::from(*expected_version) {
                         return Err(Error::Conflict {
-                            code: "version_conflict",
+                            code: cairn_core::ErrorCode::VersionConflict,
                             message: format!(
                                 "playbook {} is at version {current}, not {expected_version}",
                                 playbook.id
@@ -140,7 +140,7 @@ impl ClusterStore {
                         .unwrap_or(0);
                     if current != *expected {
                         return Err(Error::Conflict {
-                            code: "watermark_moved",
+                            code: cairn_core::ErrorCode::WatermarkMoved,
                             message: format!(
                                 "another consolidation run moved the watermark from {expected} to {current}"
                             ),

@@ -454,11 +454,11 @@ impl ClusterStore {
                 }
                 let error = match update.index {
                     "state" => Error::Conflict {
-                        code: "watermark_moved",
+                        code: cairn_core::ErrorCode::WatermarkMoved,
                         message: "another consolidation run moved the watermark".into(),
                     },
                     "playbooks" => Error::Conflict {
-                        code: "version_conflict",
+                        code: cairn_core::ErrorCode::VersionConflict,
                         message: format!("playbook {} changed concurrently", update.id),
                     },
                     _ => Error::not_active(&format!("{} {}", update.index.trim_end_matches('s'), update.id)),

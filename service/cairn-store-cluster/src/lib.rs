@@ -761,7 +761,7 @@ fn require_status(fact: &Fact, allowed: &[FactStatus]) -> Result<()> {
         Ok(())
     } else {
         Err(Error::Conflict {
-            code: "not_active",
+            code: cairn_core::ErrorCode::NotActive,
             message: format!(
                 "fact {} is {}, so it cannot be changed this way",
                 fact.id,

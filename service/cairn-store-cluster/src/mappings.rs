@@ -375,7 +375,7 @@ pub async fn bootstrap(cluster: &Cluster, target: &Target<'_>) -> Result<Bootstr
         Ok(report)
     } else {
         Err(Error::Conflict {
-            code: "mapping_mismatch",
+            code: cairn_core::ErrorCode::MappingMismatch,
             message: format!(
                 "existing indices do not match the templates in mappings/ (nothing was written to them): {}",
                 problems.join("; ")

@@ -37,7 +37,7 @@ pub fn lock_data_dir(data_dir: &Path) -> Result<DataDirLock> {
     match file.try_lock() {
         Ok(()) => Ok(DataDirLock { _file: file }),
         Err(TryLockError::WouldBlock) => Err(Error::Conflict {
-            code: "store_in_use",
+            code: cairn_core::ErrorCode::StoreInUse,
             message: format!(
                 "the store in {} is in use by another process (a running `cairn serve`?)",
                 data_dir.display()

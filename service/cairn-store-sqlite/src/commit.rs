@@ -271,7 +271,7 @@ fn move_watermark(transaction: &Transaction<'_>, scope: &Scope, expected: u64, t
         .map_or(0, |value| u64::try_from(value).unwrap_or(0));
     if current != expected {
         return Err(Error::Conflict {
-            code: "watermark_moved",
+            code: cairn_core::ErrorCode::WatermarkMoved,
             message: format!("another consolidation run moved the watermark from {expected} to {current}"),
         });
     }
@@ -306,7 +306,7 @@ fn require_fact_status(
         None => Err(Error::NotFound { what: "fact" }),
         Some(status) if allowed.contains(&status.as_str()) => Ok(()),
         Some(status) => Err(Error::Conflict {
-            code: "not_active",
+            code: cairn_core::ErrorCode::NotActive,
             message: format!("fact {fact_id} is {status}, so it cannot be changed this way"),
         }),
     }
@@ -550,7 +550,7 @@ fn append_playbook_version(
     };
     if version != expected_version {
         return Err(Error::Conflict {
-            code: "version_conflict",
+            code: cairn_core::ErrorCode::VersionConflict,
             message: format!(
                 "playbook {} is at version {version}, not {expected_version}",
                 playbook.id

@@ -364,7 +364,7 @@ pub async fn supersession_is_owner_checked_and_atomic(store: Arc<dyn MemoryStore
         matches!(
             stale,
             Err(Error::Conflict {
-                code: "not_active",
+                code: cairn_core::ErrorCode::NotActive,
                 ..
             })
         ),
@@ -398,7 +398,8 @@ pub async fn concurrent_supersessions_let_exactly_one_win(store: Arc<dyn MemoryS
         match task.await.expect("task") {
             Ok(()) => wins += 1,
             Err(Error::Conflict {
-                code: "not_active", ..
+                code: cairn_core::ErrorCode::NotActive,
+                ..
             }) => {}
             Err(other) => panic!("unexpected error {other:?}"),
         }
@@ -752,7 +753,7 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
         matches!(
             stale,
             Err(Error::Conflict {
-                code: "version_conflict",
+                code: cairn_core::ErrorCode::VersionConflict,
                 ..
             })
         ),

@@ -88,7 +88,7 @@ impl Cairn {
     pub(crate) fn require_budget(&self, tenant: &TenantId) -> Result<()> {
         match self.budget_spent(tenant) {
             Some(resets_at) => Err(cairn_core::Error::QuotaExhausted {
-                code: "token_budget_exhausted",
+                code: cairn_core::ErrorCode::TokenBudgetExhausted,
                 message: format!(
                     "the tenant's LLM token budget for today is spent; consolidation resumes at {}",
                     resets_at.to_rfc3339()

@@ -107,7 +107,7 @@ impl ScopeLock {
     fn check_not_erasing(&self) -> Result<()> {
         if self.erasures_waiting.load(Ordering::SeqCst) > 0 {
             Err(Error::Conflict {
-                code: "scope_erased",
+                code: cairn_core::ErrorCode::ScopeErased,
                 message: "the user is being erased; consolidation stopped and wrote nothing further".into(),
             })
         } else {

@@ -1,0 +1,200 @@
+//! The route table as a contract: the OpenAPI document it generates is reviewed as a
+//! snapshot, and every route refuses a token holding the permission just below its own.
+
+use super::{SECRET, error_code, harness_with};
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::http::{Method, StatusCode};
+use actix_web::test as web_test;
+use cairn_core::Permission;
+use cairn_server::auth::{MintRequest, mint};
+use cairn_server::routes::ROUTES;
+use serde_json::Value;
+
+const SNAPSHOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openapi.json");
+
+/// The document must equal the reviewed snapshot. After an intended change, rewrite it
+/// with `CAIRN_UPDATE_SNAPSHOT=1 cargo test -p cairn-server --test api contract` and
+/// review the diff.
+#[test]
+fn openapi_document_matches_its_snapshot() {
+    let document = cairn_server::openapi::document();
+    let rendered = serde_json::to_string_pretty(&document).expect("render") + "\n";
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a test's own switch, not service configuration"
+    )]
+    let update = std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some();
+    if update {
+        std::fs::write(SNAPSHOT, &rendered).expect("write the snapshot");
+    }
+    let snapshot = std::fs::read_to_string(SNAPSHOT).expect("read the snapshot");
+    assert!(
+        snapshot == rendered,
+        "the OpenAPI document changed; review it and rewrite {SNAPSHOT} with CAIRN_UPDATE_SNAPSHOT=1"
+    );
+}
+
+#[test]
+fn the_document_describes_every_route_fully() {
+    let document = cairn_server::openapi::document();
+    let schemas = document["components"]["schemas"].as_object().expect("schemas");
+    let mut operation_ids = std::collections::HashSet::new();
+    for route in ROUTES {
+        let operation = &document["paths"][route.path][route.method.to_lowercase()];
+        assert!(operation.is_object(), "{} {} missing", route.method, route.path);
+        assert!(
+            operation_ids.insert(route.operation_id),
+            "operationId {} is used twice",
+            route.operation_id
+        );
+        assert_eq!(operation["operationId"], route.operation_id);
+        assert_eq!(operation["tags"][0], route.tag);
+        let responses = operation["responses"].as_object().expect("responses");
+        for (status, response) in responses {
+            let schema = &response["content"]["application/json"]["schema"];
+            if !schema.is_null() {
+                if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+                    let name = target.trim_start_matches("#/components/schemas/");
+                    assert!(
+                        schemas.contains_key(name),
+                        "{status} of {} names {name}",
+                        route.path
+                    );
+                }
+            } else {
+                assert!(
+                    route.success.is_empty() && status == "200",
+                    "{} {} answers {status} without a JSON schema",
+                    route.method,
+                    route.path
+                );
+            }
+        }
+        if route.permission.is_some() {
+            for status in ["401", "403", "422", "429", "500", "503"] {
+                assert!(
+                    responses.contains_key(status),
+                    "{} {} does not document {status}",
+                    route.method,
+                    route.path
+                );
+            }
+            assert!(operation["security"][0]["bearer"].is_array());
+        }
+        if let Some(body) = &route.request {
+            assert!(
+                body.example.is_some(),
+                "{} {} has a body but no example",
+                route.method,
+                route.path
+            );
+            assert!(operation["requestBody"]["content"]["application/json"]["example"].is_object());
+        }
+    }
+    // Every error code the service can answer with is in the document's closed set.
+    let codes = &schemas["ErrorCode"]["enum"];
+    assert!(
+        codes
+            .as_array()
+            .is_some_and(|codes| codes.iter().any(|code| code == "version_conflict")),
+        "{codes}"
+    );
+}
+
+/// A request as a client sends it (with a `Host`, which the MCP endpoint checks).
+async fn send<S, B>(
+    service: &S,
+    method: Method,
+    path: &str,
+    bearer: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value)
+where
+    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: actix_web::body::MessageBody,
+{
+    let mut request = web_test::TestRequest::default()
+        .method(method)
+        .uri(path)
+        .insert_header(("host", "localhost"))
+        .insert_header(("accept", "application/json, text/event-stream"))
+        .insert_header(("authorization", format!("Bearer {bearer}")));
+    if let Some(body) = body {
+        request = request.set_json(body);
+    }
+    let response = web_test::call_service(service, request.to_request()).await;
+    let status = response.status();
+    let bytes = web_test::read_body(response).await;
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+fn token_holding(permissions: &[Permission]) -> String {
+    mint(
+        &MintRequest {
+            subject: "contract-service".into(),
+            tenant: "contract".into(),
+            scopes: permissions
+                .iter()
+                .map(|permission| permission.as_str().to_owned())
+                .collect(),
+            user: None,
+            ttl_seconds: 600,
+            audience: None,
+            issuer: None,
+        },
+        Some(SECRET),
+        None,
+    )
+    .expect("mint")
+}
+
+#[actix_web::test]
+async fn every_route_refuses_the_permission_just_below_its_own() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let mut checked = 0;
+    for route in ROUTES {
+        let Some(permission) = route.permission else {
+            continue;
+        };
+        // Admin holds everything; write does not imply read.
+        let below: &[Permission] = match permission {
+            Permission::Admin => &[Permission::Read, Permission::Write],
+            Permission::Write => &[Permission::Read],
+            Permission::Read => &[],
+        };
+        let concrete = route.path.replace("{user}", "u1").replace("{id}", "none");
+        let body = route
+            .request
+            .as_ref()
+            .and_then(|body| body.example)
+            .map(|example| serde_json::from_str::<Value>(example).expect("example is JSON"));
+        let method = Method::from_bytes(route.method.as_bytes()).expect("method");
+        let (status, answer) = send(
+            service,
+            method.clone(),
+            &concrete,
+            &token_holding(below),
+            body.clone(),
+        )
+        .await;
+        assert_eq!(
+            (status, error_code(&answer)),
+            (StatusCode::FORBIDDEN, "insufficient_scope"),
+            "{} {} with {below:?}: {answer}",
+            route.method,
+            route.path
+        );
+        // The permission itself gets past the check (whatever the route then answers).
+        let (status, answer) = send(service, method, &concrete, &token_holding(&[permission]), body).await;
+        assert_ne!(
+            status,
+            StatusCode::FORBIDDEN,
+            "{} {} with {permission:?}: {answer}",
+            route.method,
+            route.path
+        );
+        checked += 1;
+    }
+    assert!(checked >= 25, "only {checked} routes checked");
+}
