@@ -245,9 +245,3 @@ def fake_llm():
     yield fake
     fake.close()
 
-
-@pytest.fixture
-def fake_llm():
-    fake = FakeLlm()
-    yield fake
-    fake.close()

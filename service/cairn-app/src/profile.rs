@@ -31,6 +31,14 @@ impl Cairn {
         if !(50..=32_000).contains(&max_tokens) {
             return Err(Error::invalid("max_tokens", "must be between 50 and 32000"));
         }
+        if let Some(k) = request.k
+            && (k == 0 || k > self.settings.max_k)
+        {
+            return Err(Error::invalid(
+                "k",
+                format!("must be between 1 and {}", self.settings.max_k),
+            ));
+        }
         let as_of = request.as_of.unwrap_or_else(now);
         let mut active = Vec::new();
         let mut page = PageRequest {

@@ -28,6 +28,7 @@ pub enum ErrorCode {
     RateLimited,
     PayloadTooLarge,
     RouteNotFound,
+    MethodNotAllowed,
 }
 
 impl ErrorCode {
@@ -57,6 +58,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::RouteNotFound => "route_not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
         }
     }
 }

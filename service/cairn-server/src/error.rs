@@ -37,6 +37,8 @@ pub enum ApiError {
     Malformed(String),
     #[error("no such route")]
     RouteNotFound,
+    #[error("this route does not answer this method; it answers {allow}")]
+    MethodNotAllowed { allow: String },
 }
 
 impl ApiError {
@@ -91,6 +93,11 @@ impl ApiError {
                 message.clone(),
             ),
             ApiError::RouteNotFound => (StatusCode::NOT_FOUND, ErrorCode::RouteNotFound, self.to_string()),
+            ApiError::MethodNotAllowed { .. } => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                ErrorCode::MethodNotAllowed,
+                self.to_string(),
+            ),
         }
     }
 
@@ -132,6 +139,9 @@ impl ResponseError for ApiError {
                 retry_after_seconds, ..
             }) => {
                 response.insert_header((header::RETRY_AFTER, retry_after_seconds.to_string()));
+            }
+            ApiError::MethodNotAllowed { allow } => {
+                response.insert_header((header::ALLOW, allow.clone()));
             }
             ApiError::Core(_)
             | ApiError::PayloadTooLarge { .. }

@@ -466,8 +466,55 @@ pub fn register(config: &mut web::ServiceConfig) {
         .default_service(web::to(not_found));
 }
 
-async fn not_found() -> Reply {
-    Err(ApiError::RouteNotFound)
+/// An optional JSON body: none when empty, and when present it must be valid and within
+/// the limit (a body that does not parse is refused, never taken for the defaults).
+async fn optional_body<T: serde::de::DeserializeOwned>(
+    payload: web::Payload,
+    limit: usize,
+) -> Result<Option<T>, ApiError> {
+    let body = payload
+        .to_bytes_limited(limit)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge { limit })?
+        .map_err(|error| ApiError::Malformed(format!("the body could not be read: {error}")))?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|error| ApiError::Malformed(format!("the body is not valid: {error}")))
+}
+
+/// Whether a request path matches a route template such as `/v1/users/{user}/facts`.
+fn matches_template(template: &str, path: &str) -> bool {
+    let mut expected = template.split('/');
+    let mut actual = path.split('/');
+    loop {
+        match (expected.next(), actual.next()) {
+            (None, None) => return true,
+            (Some(part), Some(segment)) if part.starts_with('{') && !segment.is_empty() => {}
+            (Some(part), Some(segment)) if part == segment => {}
+            _ => return false,
+        }
+    }
+}
+
+/// No route answers the request: 405 with `Allow` when the path exists with other
+/// methods, 404 otherwise.
+async fn not_found(request: HttpRequest) -> Reply {
+    let path = request.path();
+    let allowed: Vec<&str> = ROUTES
+        .iter()
+        .filter(|route| matches_template(route.path, path))
+        .map(|route| route.method)
+        .collect();
+    if allowed.is_empty() {
+        Err(ApiError::RouteNotFound)
+    } else {
+        Err(ApiError::MethodNotAllowed {
+            allow: allowed.join(", "),
+        })
+    }
 }
 
 async fn healthz() -> HttpResponse {
@@ -550,15 +597,11 @@ async fn ingest(
     Ok(HttpResponse::Created().json(wire::ingest_response(&outcome)))
 }
 
-async fn consolidate(
-    caller: Authenticated,
-    user: UserPath,
-    body: Option<web::Json<wire::ConsolidateBody>>,
-    state: State,
-) -> Reply {
+async fn consolidate(caller: Authenticated, user: UserPath, payload: web::Payload, state: State) -> Reply {
     let scope = caller.scope(&user, Permission::Write)?;
-    let options = body
-        .map(|body| body.into_inner().into_options())
+    let options = optional_body::<wire::ConsolidateBody>(payload, state.max_body_bytes)
+        .await?
+        .map(wire::ConsolidateBody::into_options)
         .unwrap_or_default();
     state.charge_run(scope.tenant().as_str())?;
     let outcome = match state.cairn.consolidate(&scope, &caller.context, options).await {
@@ -641,20 +684,9 @@ async fn get_fact(caller: Authenticated, path: ItemPath, state: State) -> Reply 
 async fn retract_fact(caller: Authenticated, path: ItemPath, payload: web::Payload, state: State) -> Reply {
     let (user, id) = path.into_inner();
     let scope = caller.scope(&user, Permission::Write)?;
-    // The body is optional here, but when present it must be valid and within the limit.
-    let limit = state.max_body_bytes;
-    let body = payload
-        .to_bytes_limited(limit)
-        .await
-        .map_err(|_| ApiError::PayloadTooLarge { limit })?
-        .map_err(|error| ApiError::Malformed(format!("the body could not be read: {error}")))?;
-    let reason = if body.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        serde_json::from_slice::<wire::RetractBody>(&body)
-            .map_err(|error| ApiError::Malformed(format!("the body is not valid: {error}")))?
-            .reason
-    };
+    let reason = optional_body::<wire::RetractBody>(payload, state.max_body_bytes)
+        .await?
+        .and_then(|body| body.reason);
     let fact = state
         .cairn
         .retract_fact(&scope, &caller.context, &id, reason)

@@ -65,7 +65,7 @@ fn optional_time(value: Option<DateTime<Utc>>) -> Option<Timestamp> {
 pub struct MessageBody {
     #[schemars(extend("enum" = ["user", "assistant"]))]
     pub role: String,
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), regex(pattern = r"\S"))]
     pub content: String,
     /// When it was said (default: now).
     #[schemars(extend("format" = "date-time"))]
@@ -75,8 +75,9 @@ pub struct MessageBody {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IngestBody {
-    /// User messages become episodes; assistant messages are context for extraction only.
-    #[schemars(length(min = 1))]
+    /// User messages become episodes; assistant messages are context for extraction
+    /// only, so at least one message must be the user's.
+    #[schemars(length(min = 1), extend("contains" = { "type": "object", "properties": { "role": { "const": "user" } } }))]
     pub messages: Vec<MessageBody>,
     pub session_id: Option<String>,
     /// When consolidation runs (default `async`).
@@ -257,7 +258,7 @@ pub fn consolidation(outcome: &ConsolidationOutcome) -> ConsolidationResponse {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FactBody {
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), regex(pattern = r"\S"))]
     pub text: String,
     #[schemars(extend("enum" = ["identity", "preference", "constraint", "world", "event"]))]
     pub fact_type: Option<String>,
@@ -639,18 +640,19 @@ impl FactListQuery {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetractBody {
+    #[schemars(regex(pattern = r"\S"))]
     pub reason: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaybookBody {
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), regex(pattern = r"\S"))]
     pub name: String,
     /// When the playbook applies.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), regex(pattern = r"\S"))]
     pub trigger: String,
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), inner(length(min = 1), regex(pattern = r"\S")))]
     pub steps: Vec<String>,
 }
 
@@ -667,11 +669,14 @@ impl PlaybookBody {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaybookVersionBody {
+    #[schemars(length(min = 1), regex(pattern = r"\S"))]
     pub name: Option<String>,
+    #[schemars(length(min = 1), regex(pattern = r"\S"))]
     pub trigger: Option<String>,
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), inner(length(min = 1), regex(pattern = r"\S")))]
     pub steps: Vec<String>,
     /// The version this one is based on: 409 when another version was added since.
+    #[schemars(range(min = 1, max = 4_294_967_295u32))]
     pub base_version: Option<u32>,
 }
 
@@ -695,7 +700,7 @@ pub struct OutcomeBody {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RecallBody {
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), regex(pattern = r"\S"))]
     pub query: String,
     /// Tiers to search (default all three).
     #[schemars(length(max = 8), extend("items" = { "type": "string", "enum": ["semantic", "episodic", "procedural"] }))]
