@@ -8,10 +8,19 @@ import random
 import re
 import subprocess
 import time
+from pathlib import Path
 
 from contract import Contract
 
 SESSION = "contract-session"
+SNAPSHOT = Path(__file__).resolve().parents[2] / "service/cairn-server/tests/openapi.json"
+
+
+def tool(name):
+    """A command of the API tools' environment (`CAIRN_API_TOOLS`, set by scripts/test),
+    or from the PATH."""
+    directory = os.environ.get("CAIRN_API_TOOLS")
+    return str(Path(directory) / name) if directory else name
 
 
 def test_every_route_answers_as_its_document_says(make_server):
@@ -141,7 +150,7 @@ def test_schemathesis_finds_nothing_and_no_tenant_state_leaks(make_server):
     ])
     started = time.monotonic()
     result = subprocess.run(
-        [os.environ.get("CAIRN_SCHEMATHESIS", "st"), "run", f"{server.base}/openapi.json", "--url", server.base,
+        [tool("st"), "run", f"{server.base}/openapi.json", "--url", server.base,
          "-H", f"Authorization: Bearer {fuzzer}", "--checks", checks,
          "--exclude-operation-id", "mcp", "--max-examples", examples, "--workers", "2",
          "--seed", seed_value, "--no-color"],
@@ -159,3 +168,19 @@ def test_schemathesis_finds_nothing_and_no_tenant_state_leaks(make_server):
     assert after == before, "the fuzzed tenant's requests changed another tenant's memory"
     log = server.log.read_text(errors="replace")
     assert "panicked" not in log, log[-3000:]
+
+
+def test_a_python_client_generates_from_the_document_without_warnings(tmp_path):
+    """openapi-python-client reads the document (the reviewed snapshot, which the Rust
+    tests hold equal to the served one) and writes a client without a warning."""
+    environment = dict(os.environ)
+    environment["PATH"] = str(Path(tool("ruff")).parent) + os.pathsep + environment.get("PATH", "")
+    result = subprocess.run([tool("openapi-python-client"), "generate", "--path", str(SNAPSHOT)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=environment)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Warning" not in output and "Error" not in output, output
+    package = tmp_path / "cairn-client" / "cairn_client"
+    assert (package / "api" / "recall" / "recall.py").is_file(), sorted(p.name for p in package.rglob("*.py"))[:40]
+    compiled = subprocess.run(["python3", "-m", "compileall", "-q", str(package)], capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr

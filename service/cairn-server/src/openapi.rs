@@ -4,6 +4,7 @@
 use crate::routes::{ROUTES, Route};
 use crate::wire::ErrorResponse;
 use schemars::generate::SchemaSettings;
+use schemars::transform::{ReplaceBoolSchemas, Transform};
 use schemars::{Schema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 
@@ -31,10 +32,20 @@ fn calls_provider(route: &Route) -> bool {
     route.path.ends_with("/consolidate") || route.path.ends_with("/episodes") && route.method == "POST"
 }
 
+/// Replaces `true` schemas (any JSON) with `{}`, leaving `additionalProperties` alone.
+fn any_as_object() -> ReplaceBoolSchemas {
+    let mut transform = ReplaceBoolSchemas::default();
+    transform.skip_additional_properties = true;
+    transform
+}
+
 fn generator() -> SchemaGenerator {
     let mut settings = SchemaSettings::draft2020_12();
     settings.definitions_path = "/components/schemas".into();
     settings.meta_schema = None;
+    // `{}` rather than `true` for "any JSON": both are valid, but client generators
+    // read only the object form.
+    settings.transforms.push(Box::new(any_as_object()));
     settings.into_generator()
 }
 
@@ -87,7 +98,8 @@ fn path_parameters(path: &str) -> Vec<Value> {
         .collect()
 }
 
-fn json_content(schema: Schema) -> Value {
+fn json_content(mut schema: Schema) -> Value {
+    any_as_object().transform(&mut schema);
     json!({ "application/json": { "schema": schema.to_value() } })
 }
 
