@@ -168,9 +168,11 @@ def test_the_models_match_the_document():
         "ErasureReceipt": "ErasureResponse",
     }
     for model, schema_name in pairs.items():
-        schema = schemas[schema_name]
-        properties = set(schema.get("properties", {}))
-        for variant in schema.get("anyOf", []):
-            properties |= set(variant.get("properties", {}))
+        properties = set()
+        pending = [schemas[schema_name]]
+        while pending:  # properties of the schema and of its allOf/anyOf parts
+            schema = pending.pop()
+            properties |= set(schema.get("properties", {}))
+            pending.extend(schema.get("allOf", []) + schema.get("anyOf", []))
         fields = {item.name for item in dataclasses.fields(getattr(_models, model))}
         assert fields == properties, f"{model} vs {schema_name}: {sorted(fields ^ properties)}"

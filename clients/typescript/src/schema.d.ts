@@ -761,7 +761,7 @@ export interface components {
             /** @description The record's status at `as_of` (episodes and playbooks are always active). */
             status: components["schemas"]["FactStatus"];
             explain?: components["schemas"]["ExplanationResponse"] | null;
-        } | {
+        } & ({
             fact_type: components["schemas"]["FactType"];
             /** Format: float */
             confidence: number;
@@ -784,7 +784,7 @@ export interface components {
             steps: string[];
             /** Format: uint32 */
             version: number;
-        };
+        });
         /**
          * @description The three memory tiers.
          * @enum {string}

@@ -17,7 +17,9 @@ test("the README examples run", async () => {
   try {
     for (const code of blocks) {
       // The examples import the package by name; run them from the package directory.
-      const source = code.replaceAll('from "cairn-memory"', 'from "./dist/index.js"');
+      const source = code
+        .replaceAll('from "cairn-memory/ai"', 'from "./dist/ai.js"')
+        .replaceAll('from "cairn-memory"', 'from "./dist/index.js"');
       const env = { ...process.env, CAIRN_URL: service.base, CAIRN_TOKEN: service.mint("acme") };
       await run(process.execPath, ["--input-type=module", "-e", source], { cwd: root, env });
     }

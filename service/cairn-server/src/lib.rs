@@ -217,6 +217,12 @@ pub fn build_cairn(config: &Config, store: Arc<dyn MemoryStore>) -> anyhow::Resu
         max_text_chars: config.max_text_chars,
         bump_usage_on_recall: config.bump_usage_on_recall,
         rrf_k: config.rrf_k,
+        fusion: match config.fusion {
+            crate::config::FusionKind::Scores => cairn_app::Fusion::ScaledScores,
+            crate::config::FusionKind::Rrf => cairn_app::Fusion::ReciprocalRank,
+        },
+        bm25_weight: config.bm25_weight,
+        knn_weight: config.knn_weight,
         episode_context_weight: config.episode_context_weight,
         candidates_per_leg: config.candidates_per_leg,
         priors: cairn_app::Priors {

@@ -807,6 +807,7 @@ fn explanation(explanation: &Explanation) -> ExplanationResponse {
 
 /// One recalled memory: the fields of every tier, then those of its own tier.
 #[derive(Serialize, JsonSchema)]
+#[schemars(transform = common_then_tier)]
 pub struct RecallHitResponse {
     pub id: String,
     pub tier: Tier,
@@ -818,6 +819,28 @@ pub struct RecallHitResponse {
     pub details: HitDetails,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<ExplanationResponse>,
+}
+
+/// States a hit as `allOf` [the fields every tier has, `anyOf` the tier's own], which is
+/// what the flattened enum means (generators read `properties` beside `anyOf` as a
+/// union).
+fn common_then_tier(schema: &mut schemars::Schema) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    let Some(tiers) = object.remove("anyOf") else {
+        return;
+    };
+    let mut common = serde_json::Map::new();
+    for key in ["type", "properties", "required"] {
+        if let Some(value) = object.remove(key) {
+            common.insert(key.to_owned(), value);
+        }
+    }
+    object.insert(
+        "allOf".to_owned(),
+        serde_json::json!([common, { "anyOf": tiers }]),
+    );
 }
 
 /// The fields of a hit that belong to its tier.
