@@ -96,6 +96,7 @@ def test_every_route_answers_as_its_document_says(make_server):
     call("GET", "/healthz", expect=200)
     call("GET", "/readyz", expect=200)
     call("GET", "/metrics", expect=200)
+    call("GET", "/ui", token=None, expect=200)
     call("GET", "/openapi.json", expect=200)
 
     # Errors answer with the documented shape and statuses.

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod console;
 pub mod dashboards;
 pub mod error;
 pub mod http;

@@ -140,9 +140,15 @@ fn operation(route: &Route, generator: &mut SchemaGenerator) -> Value {
         );
     }
     if route.success.is_empty() {
+        // Not JSON: the console's page, or the Prometheus text format.
+        let media = if route.path.starts_with("/ui") {
+            "text/html"
+        } else {
+            "text/plain"
+        };
         responses.insert(
             "200".into(),
-            json!({ "description": "success", "content": { "text/plain": { "schema": { "type": "string" } } } }),
+            json!({ "description": "success", "content": { media: { "schema": { "type": "string" } } } }),
         );
     }
     if let Some(permission) = route.permission {

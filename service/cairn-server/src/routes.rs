@@ -385,6 +385,17 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/ui",
+        permission: None,
+        success: &[],
+        request: None,
+        query: None,
+        summary: "The inspector console (HTML; it signs in with a bearer token and uses this API)",
+        operation_id: "console",
+        tag: "operations",
+    },
+    Route {
+        method: "GET",
         path: "/healthz",
         permission: None,
         success: &[(200, schema::<wire::Liveness>)],
@@ -435,6 +446,7 @@ pub fn register(config: &mut web::ServiceConfig) {
         .route("/readyz", web::get().to(readyz))
         .route("/metrics", web::get().to(metrics))
         .route("/openapi.json", web::get().to(openapi_document))
+        .configure(crate::console::register)
         .route("/v1/users", web::get().to(list_users))
         .service(
             web::scope("/v1/users/{user}")

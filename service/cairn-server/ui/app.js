@@ -1,0 +1,396 @@
+// Cairn Inspector: a console over Cairn's public REST API. Every stored text is
+// rendered as text (DOM nodes, never HTML strings); the token lives in this tab's
+// sessionStorage only and is sent in the Authorization header, never in a URL.
+
+const TOKEN_KEY = "cairn.inspector.token";
+const PAGE = 50;
+const main = document.getElementById("main");
+const who = document.getElementById("who");
+
+// ---------------------------------------------------------------- DOM helpers
+function h(tag, attributes = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
+    else if (key === "class") element.className = value;
+    else element.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return element;
+}
+
+const when = (value) => (value ? new Date(value).toLocaleString() : "");
+const status = (value) => h("span", { class: `status-${value}` }, value);
+const table = (headers, rows) =>
+  h("div", { class: "scroll" }, h("table", {}, h("thead", {}, h("tr", {}, headers.map((t) => h("th", {}, t)))), h("tbody", {}, rows)));
+const userPath = (user) => `/v1/users/${encodeURIComponent(user)}`;
+const link = (hash, text) => h("a", { href: hash }, text);
+
+function show(...children) {
+  main.replaceChildren(...children);
+  main.focus();
+}
+
+// ---------------------------------------------------------------- the token
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+function claims() {
+  try {
+    const payload = token().split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    return JSON.parse(atob(payload.padEnd(payload.length + ((4 - (payload.length % 4)) % 4), "=")));
+  } catch {
+    return {};
+  }
+}
+
+function scopes() {
+  return new Set(String(claims().scope ?? "").split(/\s+/).filter(Boolean));
+}
+const can = (permission) => scopes().has("memory:admin") || scopes().has(`memory:${permission}`);
+
+// ---------------------------------------------------------------- the API
+class ApiError extends Error {
+  constructor(status, code, message, requestId) {
+    super(`${status} ${code}: ${message}${requestId ? ` (request ${requestId})` : ""}`);
+    Object.assign(this, { status, code, requestId });
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { authorization: `Bearer ${token()}`, accept: "application/json" };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await response.text();
+  const parsed = text ? JSON.parse(text) : null;
+  if (!response.ok) {
+    const error = parsed?.error ?? {};
+    if (response.status === 401) signOut(`Signed out: ${error.message ?? "the token was refused"}`);
+    throw new ApiError(response.status, error.code ?? "http_error", error.message ?? `HTTP ${response.status}`, error.request_id);
+  }
+  return parsed;
+}
+
+const failure = (error) => h("p", { class: "error", role: "alert" }, String(error.message ?? error));
+
+/** A list that loads a page at a time, with a "Load more" button. */
+function pagedTable(headers, path, query, row) {
+  const body = h("tbody");
+  const more = h("button", { type: "button" }, "Load more");
+  const message = h("p", { class: "muted" });
+  let cursor;
+  async function load() {
+    more.disabled = true;
+    try {
+      const params = new URLSearchParams({ ...query, limit: String(PAGE) });
+      if (cursor) params.set("cursor", cursor);
+      const page = await api("GET", `${path}?${params}`);
+      body.append(...page.items.map(row));
+      cursor = page.next_cursor;
+      more.classList.toggle("hidden", !cursor);
+      message.textContent = body.children.length ? "" : "Nothing here.";
+    } catch (error) {
+      message.replaceChildren(failure(error));
+    }
+    more.disabled = false;
+  }
+  more.addEventListener("click", load);
+  load();
+  return h("div", {},
+    h("div", { class: "scroll" }, h("table", {}, h("thead", {}, h("tr", {}, headers.map((t) => h("th", {}, t)))), body)),
+    message, more);
+}
+
+// ---------------------------------------------------------------- confirmation
+function confirmAction(text, { reason = false } = {}) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-reason-label").classList.toggle("hidden", !reason);
+  const input = document.getElementById("confirm-reason");
+  input.value = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" ? { reason: input.value.trim() } : null), {
+      once: true,
+    });
+    dialog.showModal();
+  });
+}
+
+// ---------------------------------------------------------------- views
+function signIn(notice) {
+  who.replaceChildren();
+  const area = h("textarea", { id: "token", autocomplete: "off", spellcheck: "false", "aria-label": "Bearer token" });
+  const form = h("form", { class: "card", id: "sign-in" },
+    h("h1", {}, "Sign in"),
+    h("p", { class: "muted" }, "Paste a bearer token (cairn token mint). It is kept for this tab only."),
+    notice ? h("p", { class: "error" }, notice) : null,
+    area,
+    h("p", {}, h("button", { class: "primary", type: "submit" }, "Sign in")));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = area.value.trim();
+    if (!value) return;
+    sessionStorage.setItem(TOKEN_KEY, value);
+    location.hash = "#/";
+    route();
+  });
+  show(form);
+  area.focus();
+}
+
+function signOut(notice) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  signIn(notice);
+}
+
+function header() {
+  const c = claims();
+  const expires = c.exp ? new Date(c.exp * 1000).toLocaleString() : "never";
+  who.replaceChildren(...[
+    h("span", { class: "pill", id: "tenant" }, `tenant ${c.tenant ?? "?"}`),
+    c.user ? h("span", { class: "pill" }, `bound to ${c.user}`) : null,
+    h("span", { class: "pill", id: "scopes" }, [...scopes()].join(" ") || "no memory scope"),
+    h("span", { class: "pill" }, `expires ${expires}`),
+    h("button", { type: "button", onclick: () => signOut() }, "Sign out"),
+  ].filter(Boolean));
+}
+
+function home() {
+  const c = claims();
+  if (c.user) {
+    location.hash = `#/users/${encodeURIComponent(c.user)}/facts`;
+    return;
+  }
+  const input = h("input", { id: "open-user", type: "text", placeholder: "user id", "aria-label": "User id" });
+  const open = h("form", { class: "row" }, input, h("button", { type: "submit" }, "Open user"));
+  open.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (input.value.trim()) location.hash = `#/users/${encodeURIComponent(input.value.trim())}/facts`;
+  });
+  const users = can("admin")
+    ? pagedTable(["user", "facts", "active", "episodes", "playbooks", "last activity"], "/v1/users", {}, (u) =>
+        h("tr", {},
+          h("td", {}, link(`#/users/${encodeURIComponent(u.user)}/facts`, u.user)),
+          h("td", {}, u.facts), h("td", {}, u.active_facts), h("td", {}, u.episodes), h("td", {}, u.playbooks),
+          h("td", {}, when(u.last_activity))))
+    : h("p", { class: "muted" }, "Listing users needs the memory:admin scope; open a user by id.");
+  show(h("h1", {}, "Users"), open, users);
+}
+
+const TABS = [
+  ["facts", "Facts"], ["episodes", "Episodes"], ["playbooks", "Playbooks"], ["decisions", "Decisions"],
+  ["recall", "Recall"], ["jobs", "Consolidation"], ["audit", "Audit"],
+];
+
+function userView(user, tab, rest) {
+  const tabs = h("nav", { class: "tabs", "aria-label": "User sections" },
+    TABS.filter(([key]) => key !== "audit" || can("admin")).map(([key, label]) =>
+      h("a", { href: `#/users/${encodeURIComponent(user)}/${key}`, "aria-current": key === tab ? "page" : undefined }, label)));
+  const erase = can("admin") && tab === "facts"
+    ? h("button", { type: "button", class: "danger", id: "erase-user", onclick: () => eraseUser(user) }, "Erase user")
+    : null;
+  const views = { facts, episodes, playbooks, decisions, recall, jobs, audit, fact: factView };
+  const content = (views[tab] ?? facts)(user, rest);
+  show(h("h1", {}, "User ", h("span", { id: "user-name" }, user)), tabs, content, erase ? h("h2", {}, "Danger zone") : null, erase);
+}
+
+function facts(user) {
+  const select = h("select", { id: "status-filter", "aria-label": "Status" },
+    ["active", "superseded", "retracted", "expired", "all"].map((s) => h("option", { value: s }, s)));
+  const holder = h("div");
+  const load = () =>
+    holder.replaceChildren(pagedTable(["fact", "type", "status", "created"], `${userPath(user)}/facts`, { status: select.value }, (f) =>
+      h("tr", { "data-fact": f.id },
+        h("td", { class: "text" }, link(`#/users/${encodeURIComponent(user)}/fact/${encodeURIComponent(f.id)}`, f.text)),
+        h("td", {}, f.fact_type), h("td", {}, status(f.status)), h("td", {}, when(f.created_at)))));
+  select.addEventListener("change", load);
+  load();
+  return h("div", {}, h("div", { class: "row" }, h("label", {}, "Status", select)), holder);
+}
+
+function factView(user, id) {
+  const box = h("div", { class: "card", id: "fact-detail" }, h("p", { class: "muted" }, "Loading…"));
+  (async () => {
+    try {
+      const fact = await api("GET", `${userPath(user)}/facts/${encodeURIComponent(id)}`);
+      const chain = [fact];
+      for (let next = fact.superseded_by; next && chain.length < 50; ) {
+        const later = await api("GET", `${userPath(user)}/facts/${encodeURIComponent(next)}`);
+        chain.push(later);
+        next = later.superseded_by;
+      }
+      const factLink = (f) => link(`#/users/${encodeURIComponent(user)}/fact/${encodeURIComponent(f.id)}`, f.text);
+      const actions = [];
+      if (can("write") && (fact.status === "active" || fact.status === "superseded")) {
+        actions.push(h("button", { type: "button", class: "danger", id: "retract", onclick: () => retract(user, fact) }, "Retract"));
+      }
+      if (can("write")) {
+        actions.push(h("button", { type: "button", class: "danger", id: "forget", onclick: () => forget(user, fact) }, "Forget"));
+      }
+      box.replaceChildren(
+        h("h2", {}, "Fact"),
+        h("dl", { class: "fields" },
+          h("dt", {}, "text"), h("dd", { id: "fact-text" }, fact.text),
+          h("dt", {}, "status"), h("dd", { id: "fact-status" }, status(fact.status)),
+          h("dt", {}, "type"), h("dd", {}, fact.fact_type),
+          h("dt", {}, "confidence"), h("dd", {}, fact.confidence),
+          h("dt", {}, "created"), h("dd", {}, when(fact.created_at)),
+          fact.retracted_at ? [h("dt", {}, "retracted"), h("dd", {}, `${when(fact.retracted_at)} ${fact.retraction_reason ?? ""}`)] : null,
+          h("dt", {}, "evidence"), h("dd", {}, fact.source_episode_ids.map((e) => h("div", {}, link(`#/users/${encodeURIComponent(user)}/episodes`, e)))),
+          fact.source_span ? [h("dt", {}, "stated as"), h("dd", {}, fact.source_span)] : null),
+        h("h2", {}, "History"),
+        h("ol", { class: "chain", id: "chain" }, chain.map((f, index) =>
+          h("li", { class: index === 0 ? "current" : "" },
+            status(f.status), " ", factLink(f),
+            f.superseded_at ? h("span", { class: "muted" }, ` — superseded ${when(f.superseded_at)}`) : null))),
+        h("div", { class: "row" }, actions));
+    } catch (error) {
+      box.replaceChildren(failure(error));
+    }
+  })();
+  return box;
+}
+
+async function retract(user, fact) {
+  const answer = await confirmAction(`Retract "${fact.text}"? It was never true; the value is refused from then on.`, { reason: true });
+  if (!answer) return;
+  try {
+    await api("POST", `${userPath(user)}/facts/${encodeURIComponent(fact.id)}/retract`, answer.reason ? { reason: answer.reason } : {});
+    route();
+  } catch (error) {
+    main.append(failure(error));
+  }
+}
+
+async function forget(user, fact) {
+  if (!(await confirmAction(`Forget "${fact.text}"? It is erased and cannot come back unless the user restates it.`))) return;
+  try {
+    await api("DELETE", `${userPath(user)}/facts/${encodeURIComponent(fact.id)}`);
+    location.hash = `#/users/${encodeURIComponent(user)}/facts`;
+  } catch (error) {
+    main.append(failure(error));
+  }
+}
+
+async function eraseUser(user) {
+  if (!(await confirmAction(`Erase everything Cairn holds about ${user}? This cannot be undone.`))) return;
+  try {
+    const receipt = await api("DELETE", userPath(user));
+    show(h("h1", {}, `Erased ${user}`), h("div", { class: "card", id: "receipt" },
+      h("h2", {}, "Receipt"),
+      h("dl", { class: "fields" }, Object.entries(receipt.deleted).map(([kind, count]) => [h("dt", {}, kind), h("dd", {}, count)]))));
+  } catch (error) {
+    main.append(failure(error));
+  }
+}
+
+function episodes(user) {
+  return pagedTable(["said", "session", "when"], `${userPath(user)}/episodes`, {}, (e) =>
+    h("tr", {}, h("td", { class: "text" }, e.text), h("td", {}, e.session_id ?? "—"), h("td", {}, when(e.occurred_at))));
+}
+
+function playbooks(user) {
+  return pagedTable(["playbook", "trigger", "version", "outcomes", "steps"], `${userPath(user)}/playbooks`, {}, (p) =>
+    h("tr", {},
+      h("td", {}, p.name), h("td", { class: "text" }, p.trigger), h("td", {}, p.version),
+      h("td", {}, `${p.success_count} ✓ / ${p.failure_count} ✗`),
+      h("td", { class: "text" }, h("ol", {}, p.steps.map((s) => h("li", {}, s))))));
+}
+
+function decisions(user) {
+  const kinds = ["", "NEW", "UPDATES", "EXTENDS", "DUPLICATE", "DROPPED_UNGROUNDED", "BLOCKED_BY_TOMBSTONE", "TOMBSTONE_LIFTED", "RETRACTED", "FORGOTTEN", "REFUSED"];
+  const select = h("select", { id: "kind-filter", "aria-label": "Kind" }, kinds.map((k) => h("option", { value: k }, k || "every kind")));
+  const holder = h("div");
+  const apply = () => {
+    for (const row of holder.querySelectorAll("tr[data-kind]")) {
+      row.classList.toggle("hidden", Boolean(select.value) && row.dataset.kind !== select.value);
+    }
+  };
+  holder.append(pagedTable(["kind", "reason", "fact", "cites", "origin", "when"], `${userPath(user)}/decisions`, {}, (d) => {
+    const row = h("tr", { "data-kind": d.kind },
+      h("td", {}, d.kind), h("td", { class: "text" }, d.reason),
+      h("td", {}, d.fact_id ? link(`#/users/${encodeURIComponent(user)}/fact/${encodeURIComponent(d.fact_id)}`, d.fact_id) : "—"),
+      h("td", {}, d.target_ids.join(", ")), h("td", {}, d.origin), h("td", {}, when(d.created_at)));
+    if (select.value && d.kind !== select.value) row.classList.add("hidden");
+    return row;
+  }));
+  select.addEventListener("change", apply);
+  return h("div", {}, h("div", { class: "row" }, h("label", {}, "Kind", select)), holder);
+}
+
+function recall(user) {
+  const query = h("input", { id: "recall-query", type: "text", "aria-label": "Query", placeholder: "what to recall" });
+  const k = h("input", { id: "recall-k", type: "number", min: "1", max: "100", value: "10", "aria-label": "k" });
+  const history = h("input", { id: "recall-history", type: "checkbox" });
+  const asOf = h("input", { id: "recall-as-of", type: "datetime-local", "aria-label": "as of" });
+  const results = h("div", { id: "recall-results" });
+  const form = h("form", { class: "row" },
+    h("label", {}, "Query", query), h("label", {}, "k", k),
+    h("label", {}, "as of", asOf), h("label", {}, h("span", {}, "include history"), history),
+    h("button", { type: "submit", class: "primary" }, "Recall"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (!query.value.trim()) return;
+    const body = { query: query.value, k: Number(k.value) || 10, explain: true, include_history: history.checked };
+    if (asOf.value) body.as_of = new Date(asOf.value).toISOString();
+    results.replaceChildren(h("p", { class: "muted" }, "Recalling…"));
+    try {
+      const answer = await api("POST", `${userPath(user)}/recall`, body);
+      const fixed = (value, digits = 3) => (value === null || value === undefined ? "—" : Number(value).toFixed(digits));
+      results.replaceChildren(answer.hits.length
+        ? table(["#", "tier", "memory", "status", "score", "BM25 rank", "BM25", "kNN rank", "cosine", "fused", "prior", "rerank"],
+          answer.hits.map((hit, index) => h("tr", { "data-hit": hit.id },
+            h("td", {}, index + 1), h("td", {}, hit.tier), h("td", { class: "text" }, hit.text), h("td", {}, status(hit.status)),
+            h("td", {}, fixed(hit.score)), h("td", {}, hit.explain?.bm25_rank ?? "—"), h("td", {}, fixed(hit.explain?.bm25_score)),
+            h("td", {}, hit.explain?.knn_rank ?? "—"), h("td", {}, fixed(hit.explain?.knn_similarity)),
+            h("td", {}, fixed(hit.explain?.fused_score)), h("td", {}, fixed(hit.explain?.prior)),
+            h("td", {}, fixed(hit.explain?.rerank_score)))))
+        : h("p", { class: "muted" }, "No memories."));
+    } catch (error) {
+      results.replaceChildren(failure(error));
+    }
+  });
+  return h("div", {}, form, results);
+}
+
+function jobs(user) {
+  const box = h("div", { id: "jobs" }, h("p", { class: "muted" }, "Loading…"));
+  api("GET", `${userPath(user)}/jobs`).then((answer) => {
+    const queued = answer.items.filter((j) => j.state === "queued").length;
+    box.replaceChildren(
+      h("p", {}, `Queue depth ${queued}; dead-lettered ${answer.items.length - queued}.`),
+      answer.items.length
+        ? table(["job", "state", "attempts", "run after", "last error", ""], answer.items.map((j) =>
+          h("tr", {}, h("td", {}, j.id), h("td", {}, j.state), h("td", {}, j.attempts), h("td", {}, when(j.run_after)),
+            h("td", { class: "text" }, j.last_error ?? ""),
+            h("td", {}, can("write") ? h("button", { type: "button", onclick: async () => {
+              try { await api("POST", `${userPath(user)}/jobs/${encodeURIComponent(j.id)}/retry`); route(); }
+              catch (error) { box.append(failure(error)); }
+            } }, "Retry now") : null))))
+        : h("p", { class: "muted" }, "No queued or failed jobs."));
+  }, (error) => box.replaceChildren(failure(error)));
+  return box;
+}
+
+function audit(user) {
+  return pagedTable(["when", "action", "by", "targets", "request"], `${userPath(user)}/audit`, {}, (e) =>
+    h("tr", {}, h("td", {}, when(e.at)), h("td", {}, e.action), h("td", {}, e.subject), h("td", { class: "text" }, e.target_ids.join(", ")),
+      h("td", {}, e.request_id)));
+}
+
+// ---------------------------------------------------------------- routing
+function route() {
+  if (!token()) return signIn();
+  header();
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  if (parts[0] === "users" && parts[1]) return userView(parts[1], parts[2] ?? "facts", parts[3]);
+  return home();
+}
+
+window.addEventListener("hashchange", route);
+route();

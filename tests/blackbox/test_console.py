@@ -1,0 +1,177 @@
+"""The inspector console in a real browser (headless Chromium through Selenium) against
+the real binary: sign-in, users, a supersession chain, recall with explanations,
+retraction, read-only tokens, stored texts that look like markup, and tenants."""
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions as ready
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+SCRIPT_TEXT = "<script>window.__pwned = 1</script> likes jazz"
+IMAGE_TEXT = '<img src=x onerror="window.__pwned = 2"> owns a boat'
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("no Chromium found (scripts/test installs Debian's chromium and chromium-driver)")
+
+
+@pytest.fixture
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
+                     "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
+                              options=options)
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+def wait(driver, condition, seconds=10):
+    return WebDriverWait(driver, seconds).until(condition)
+
+
+def css(selector):
+    return (By.CSS_SELECTOR, selector)
+
+
+def sign_in(driver, base, token):
+    driver.get(f"{base}/ui")
+    area = wait(driver, ready.presence_of_element_located(css("#token")))
+    area.send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
+    wait(driver, ready.presence_of_element_located(css("#tenant")))
+
+
+def shot(driver, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def seed(server):
+    admin = server.mint("acme")
+    base = "/v1/users/alice"
+    porto = server.call("POST", f"{base}/facts", token=admin, body={"text": "The user lives in Porto."}).json()
+    lisbon = server.call("POST", f"{base}/facts", token=admin,
+                         body={"text": "The user lives in Lisbon.", "supersedes": porto["fact"]["id"]}).json()
+    for text in (SCRIPT_TEXT, IMAGE_TEXT, "The user works at Nimbus."):
+        assert server.call("POST", f"{base}/facts", token=admin, body={"text": text}).status == 201
+    assert server.call("POST", f"{base}/episodes", token=admin, body={
+        "messages": [{"role": "user", "content": "I moved from Porto to Lisbon for a job at Nimbus."}],
+        "session_id": "s1", "consolidate": "none"}).status == 201
+    other = server.mint("globex")
+    assert server.call("POST", "/v1/users/globex-user/facts", token=other,
+                       body={"text": "The user is a Globex secret."}).status == 201
+    return admin, porto["fact"], lisbon["fact"]
+
+
+def test_console_end_to_end(server, browser):
+    started = time.monotonic()
+    admin, porto, lisbon = seed(server)
+    page = server.call("GET", "/ui")
+    assert page.status == 200 and page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "default-src 'none'" in policy
+
+    # Sign in: the token shows what it may do, and lands in no URL and no lasting storage.
+    sign_in(browser, server.base, admin)
+    assert browser.find_element(By.ID, "tenant").text == "tenant acme"
+    assert "memory:admin" in browser.find_element(By.ID, "scopes").text
+    assert admin not in browser.current_url
+    assert browser.execute_script("return window.localStorage.length") == 0
+
+    # Users of the tenant, and only of it.
+    wait(browser, ready.presence_of_element_located((By.LINK_TEXT, "alice")))
+    assert "globex-user" not in browser.find_element(By.TAG_NAME, "main").text
+    shot(browser, "users")
+    browser.find_element(By.LINK_TEXT, "alice").click()
+    wait(browser, ready.presence_of_element_located(css("tr[data-fact]")))
+
+    # Stored texts that look like markup show up literally and run nothing.
+    text = browser.find_element(By.TAG_NAME, "main").text
+    assert SCRIPT_TEXT in text and IMAGE_TEXT in text
+    assert browser.find_elements(By.CSS_SELECTOR, "main table img, main table script") == []
+    assert browser.execute_script("return window.__pwned === undefined")
+
+    # The supersession chain, followed from the old value to the new one.
+    Select(browser.find_element(By.ID, "status-filter")).select_by_value("all")
+    wait(browser, ready.presence_of_element_located((By.LINK_TEXT, porto["text"])))
+    browser.find_element(By.LINK_TEXT, porto["text"]).click()
+    chain = wait(browser, ready.presence_of_element_located(css("#chain")))
+    items = chain.find_elements(By.TAG_NAME, "li")
+    assert [item.text.split(" ", 1)[0] for item in items] == ["superseded", "active"]
+    assert lisbon["text"] in items[1].text
+    shot(browser, "fact-history")
+    items[1].find_element(By.LINK_TEXT, lisbon["text"]).click()
+    wait(browser, ready.text_to_be_present_in_element(css("#fact-text"), lisbon["text"]))
+
+    # Recall with explanations.
+    browser.get(f"{server.base}/ui#/users/alice/recall")
+    query = wait(browser, ready.presence_of_element_located(css("#recall-query")))
+    query.send_keys("where does the user live", Keys.ENTER)
+    wait(browser, ready.presence_of_element_located(css("#recall-results tr[data-hit]")))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#recall-results tr[data-hit]")
+    assert lisbon["text"] in rows[0].text
+    assert rows[0].get_attribute("data-hit") == lisbon["id"]
+    headers = browser.find_element(By.CSS_SELECTOR, "#recall-results thead").text
+    assert "BM25 rank" in headers and "kNN rank" in headers and "fused" in headers
+    shot(browser, "recall")
+
+    # Retract the fact, confirmed in a dialog, and see it leave recall.
+    browser.get(f"{server.base}/ui#/users/alice/fact/{lisbon['id']}")
+    wait(browser, ready.element_to_be_clickable(css("#retract"))).click()
+    wait(browser, ready.visibility_of_element_located(css("#confirm-reason"))).send_keys("a test")
+    browser.find_element(By.ID, "confirm-ok").click()
+    wait(browser, ready.text_to_be_present_in_element(css("#fact-status"), "retracted"))
+    recalled = server.call("POST", "/v1/users/alice/recall", token=admin,
+                           body={"query": "where does the user live"}).json()
+    assert lisbon["id"] not in [hit["id"] for hit in recalled["hits"]]
+
+    # Narrow screens: the page stays usable at 390 px.
+    browser.set_window_size(390, 844)
+    browser.get(f"{server.base}/ui#/users/alice/facts")
+    wait(browser, ready.presence_of_element_located(css("tr[data-fact]")))
+    width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert width <= 400, f"the page is {width} px wide at 390"
+    shot(browser, "facts-narrow")
+    browser.set_window_size(1280, 900)
+
+    # A read-only token: no destructive controls, and a forced request is refused.
+    browser.find_element(By.XPATH, "//button[text()='Sign out']").click()
+    reader = server.mint("acme", scope="memory:read")
+    sign_in(browser, server.base, reader)
+    browser.get(f"{server.base}/ui#/users/alice/fact/{porto['id']}")
+    wait(browser, ready.presence_of_element_located(css("#chain")))
+    assert browser.find_elements(By.CSS_SELECTOR, "#retract, #forget, #erase-user") == []
+    forced = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch(arguments[0], {method: "DELETE", headers: {authorization:
+            "Bearer " + sessionStorage.getItem("cairn.inspector.token")}}).then(r => done(r.status));
+    """, f"/v1/users/alice/facts/{porto['id']}")
+    assert forced == 403
+    assert server.call("GET", f"/v1/users/alice/facts/{porto['id']}", token=admin).status == 200
+
+    # Another tenant's user is never shown, even asked for by name.
+    browser.get(f"{server.base}/ui#/users/globex-user/facts")
+    wait(browser, ready.text_to_be_present_in_element(css("main"), "Nothing here."))
+    assert "Globex secret" not in browser.find_element(By.TAG_NAME, "main").text
+
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"
+              and "Content Security Policy" in entry["message"]]
+    assert errors == [], errors
+    print(f"console: browser test took {time.monotonic() - started:.1f} s")
