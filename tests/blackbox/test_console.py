@@ -175,3 +175,25 @@ def test_console_end_to_end(server, browser):
               and "Content Security Policy" in entry["message"]]
     assert errors == [], errors
     print(f"console: browser test took {time.monotonic() - started:.1f} s")
+
+
+def test_a_login_link_signs_a_tab_in_once_and_is_no_bearer_token(server, browser):
+    link = server.mint("acme", scope="memory:read", extra=("--ui", "--url", server.base))
+    assert link.startswith(f"{server.base}/ui#ticket=")
+    ticket = link.split("#ticket=", 1)[1]
+    assert server.call("GET", "/v1/users/alice/facts", token=ticket).status == 401
+
+    browser.get(link)
+    wait(browser, ready.presence_of_element_located(css("#tenant")))
+    assert browser.find_element(By.ID, "scopes").text == "memory:read"
+    assert "ticket" not in browser.current_url
+    token = browser.execute_script("return sessionStorage.getItem('cairn.inspector.token')")
+    assert token and token != ticket
+    assert server.call("GET", "/v1/users/alice/facts", token=token).status == 200
+    assert browser.execute_script("return window.localStorage.length") == 0
+
+    # A ticket works once.
+    again = server.call("POST", "/ui/session", body={"ticket": ticket})
+    assert again.status == 401 and "already used" in again.json()["error"]["message"]
+    browser.get(f"{server.base}/ui#ticket={ticket}")
+    wait(browser, ready.presence_of_element_located(css("#sign-in .error")))

@@ -97,6 +97,10 @@ def test_every_route_answers_as_its_document_says(make_server):
     call("GET", "/readyz", expect=200)
     call("GET", "/metrics", expect=200)
     call("GET", "/ui", token=None, expect=200)
+    link = server.mint("acme", scope="memory:read", extra=("--ui", "--url", server.base))
+    session = call("POST", "/ui/session", {"ticket": link.split("#ticket=", 1)[1]}, token=None, expect=200)
+    call("GET", f"{base}/facts", token=session["token"], expect=200)
+    call("POST", "/ui/session", {"ticket": "not-a-ticket"}, token=None, expect=401)
     call("GET", "/openapi.json", expect=200)
 
     # Errors answer with the documented shape and statuses.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// The claims Cairn reads and writes.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Claims {
     pub sub: String,
     pub tenant: String,
@@ -28,7 +28,22 @@ pub struct Claims {
     pub iss: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Set on a console login ticket (`ui-login`), which is never a bearer token: it is
+    /// exchanged once, at `POST /ui/session`, for a token of `session_seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_seconds: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jti: Option<String>,
 }
+
+/// The `purpose` of a console login ticket.
+pub const LOGIN_PURPOSE: &str = "ui-login";
+/// How long a login ticket may be redeemed.
+pub const LOGIN_TICKET_SECONDS: i64 = 120;
+/// The longest console session a ticket may ask for.
+pub const MAX_SESSION_SECONDS: i64 = 12 * 3600;
 
 /// The `aud` claim: a string or an array of strings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -294,6 +309,42 @@ impl Verifier {
     }
 
     fn verify_with_header(&self, token: &str, header: &jsonwebtoken::Header) -> Result<Principal, AuthError> {
+        let claims = self.claims_with_header(token, header)?;
+        if claims.purpose.is_some() {
+            return Err(AuthError::Invalid("a login ticket is not a bearer token".into()));
+        }
+        principal_from_claims(claims)
+    }
+
+    /// The claims of a console login ticket, checked like any token and for its purpose,
+    /// its id and its short life. The caller makes sure each is redeemed once.
+    pub fn login_ticket(&self, ticket: &str) -> Result<Claims, AuthError> {
+        let claims = self.claims_with_header(ticket, &decode_header(ticket)?)?;
+        if claims.purpose.as_deref() != Some(LOGIN_PURPOSE) {
+            return Err(AuthError::Invalid("not a login ticket".into()));
+        }
+        if claims.jti.as_deref().is_none_or(str::is_empty) {
+            return Err(AuthError::Invalid("a login ticket needs a jti".into()));
+        }
+        let leeway = i64::try_from(self.leeway_seconds).unwrap_or(i64::MAX);
+        if claims.exp
+            > chrono::Utc::now()
+                .timestamp()
+                .saturating_add(LOGIN_TICKET_SECONDS + leeway)
+        {
+            return Err(AuthError::Invalid(
+                "a login ticket lives at most 2 minutes".into(),
+            ));
+        }
+        // The same checks as a bearer token's, before anything is minted from it.
+        principal_from_claims(Claims {
+            purpose: None,
+            ..claims.clone()
+        })?;
+        Ok(claims)
+    }
+
+    fn claims_with_header(&self, token: &str, header: &jsonwebtoken::Header) -> Result<Claims, AuthError> {
         let remote = self.remote.as_ref().map(RemoteKeys::current).unwrap_or_default();
         let candidates = self.keys.iter().chain(remote.iter()).filter(|candidate| {
             candidate.algorithm == header.alg
@@ -326,8 +377,10 @@ impl Verifier {
             validation.set_required_spec_claims(&required);
             match jsonwebtoken::decode::<Claims>(token, &candidate.key, &validation) {
                 Ok(data) => {
-                    self.check_lifetime(&data.claims)?;
-                    return principal_from_claims(data.claims);
+                    if data.claims.purpose.is_none() {
+                        self.check_lifetime(&data.claims)?;
+                    }
+                    return Ok(data.claims);
                 }
                 Err(error) => {
                     last_error = match error.kind() {
@@ -543,7 +596,65 @@ pub fn mint(
         aud: request.audience.clone().map(Audience::One),
         iss: request.issuer.clone(),
         user: request.user.clone(),
+        purpose: None,
+        session_seconds: None,
+        jti: None,
     };
+    sign(&claims, secret, private_key_pem)
+}
+
+/// A console login ticket for `request`: redeemable once, within two minutes, at
+/// `POST /ui/session` for a token of `request.ttl_seconds` (at most 12 hours). It is
+/// not itself a bearer token.
+pub fn mint_login_ticket(
+    request: &MintRequest,
+    secret: Option<&str>,
+    private_key_pem: Option<&[u8]>,
+) -> anyhow::Result<String> {
+    if request.ttl_seconds > MAX_SESSION_SECONDS {
+        anyhow::bail!("--ttl: a console session lasts at most 12h");
+    }
+    // The checks of an ordinary token, on the same claims.
+    mint(request, secret, private_key_pem)?;
+    let now = chrono::Utc::now().timestamp();
+    let claims = Claims {
+        sub: request.subject.clone(),
+        tenant: request.tenant.clone(),
+        scope: request.scopes.join(" "),
+        exp: now + LOGIN_TICKET_SECONDS,
+        iat: Some(now),
+        nbf: None,
+        aud: request.audience.clone().map(Audience::One),
+        iss: request.issuer.clone(),
+        user: request.user.clone(),
+        purpose: Some(LOGIN_PURPOSE.to_owned()),
+        session_seconds: Some(request.ttl_seconds),
+        jti: Some(cairn_core::new_id("login")),
+    };
+    sign(&claims, secret, private_key_pem)
+}
+
+/// The console session token a redeemed login ticket stands for, signed with the
+/// server's HS256 secret.
+pub fn mint_session(ticket: &Claims, secret: &str) -> anyhow::Result<(String, i64)> {
+    let now = chrono::Utc::now().timestamp();
+    let seconds = ticket
+        .session_seconds
+        .unwrap_or(3600)
+        .clamp(60, MAX_SESSION_SECONDS);
+    let claims = Claims {
+        exp: now + seconds,
+        iat: Some(now),
+        nbf: None,
+        purpose: None,
+        session_seconds: None,
+        jti: None,
+        ..ticket.clone()
+    };
+    Ok((sign(&claims, Some(secret), None)?, claims.exp))
+}
+
+fn sign(claims: &Claims, secret: Option<&str>, private_key_pem: Option<&[u8]>) -> anyhow::Result<String> {
     let (header, key) = match (private_key_pem, secret) {
         (Some(pem), _) => {
             if let Ok(key) = EncodingKey::from_rsa_pem(pem) {
@@ -561,7 +672,7 @@ pub fn mint(
         ),
         (None, None) => anyhow::bail!("no signing key: set CAIRN_JWT_SECRET or pass --private-key"),
     };
-    Ok(jsonwebtoken::encode(&header, &claims, &key)?)
+    Ok(jsonwebtoken::encode(&header, claims, &key)?)
 }
 
 /// Parses `--ttl` values such as `90s`, `15m`, `1h`, `7d`.
@@ -593,6 +704,25 @@ mod tests {
             jwt_secret: Some(secret.into()),
             ..Config::default()
         }
+    }
+
+    #[test]
+    fn a_login_ticket_is_redeemable_but_never_a_bearer_token() {
+        let secret = "0123456789abcdef0123456789abcdef";
+        let verifier = Verifier::from_config(&config_with_secret(secret), None).expect("verifier");
+        let ticket = mint_login_ticket(&request(3600), Some(secret), None).expect("ticket");
+        assert!(matches!(verifier.verify(&ticket), Err(AuthError::Invalid(_))));
+        let claims = verifier.login_ticket(&ticket).expect("redeemable");
+        assert_eq!(claims.session_seconds, Some(3600));
+        let (session, expires) = mint_session(&claims, secret).expect("session");
+        let principal = verifier.verify(&session).expect("a bearer token");
+        assert_eq!(principal.bound_user().map(|user| user.as_str()), Some("u1"));
+        assert!(principal.has(Permission::Read) && !principal.has(Permission::Write));
+        assert!(expires - chrono::Utc::now().timestamp() > 3500);
+        // An ordinary token is not a ticket, and a session longer than 12 h is refused.
+        let token = mint(&request(60), Some(secret), None).expect("token");
+        assert!(verifier.login_ticket(&token).is_err());
+        assert!(mint_login_ticket(&request(13 * 3600), Some(secret), None).is_err());
     }
 
     fn request(ttl_seconds: i64) -> MintRequest {

@@ -2,6 +2,10 @@
 //! talking to the public REST API only. Served with a Content-Security-Policy that
 //! admits the page's own script and style and nothing inline.
 
+use crate::auth::{self, AuthError};
+use crate::error::ApiError;
+use crate::http::AppState;
+use crate::wire;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, web};
 
@@ -43,8 +47,45 @@ async fn style() -> HttpResponse {
     asset("text/css; charset=utf-8", STYLE)
 }
 
+/// Redeems a login ticket (from `cairn token mint --ui`) for a console session token:
+/// once, within its two minutes.
+async fn session(
+    state: web::Data<AppState>,
+    body: web::Json<wire::LoginBody>,
+) -> Result<HttpResponse, ApiError> {
+    let claims = state.verifier.login_ticket(&body.ticket)?;
+    let Some(secret) = state.login_secret.as_deref() else {
+        return Err(cairn_core::Error::invalid(
+            "ticket",
+            "login links need the server's HS256 secret (CAIRN_JWT_SECRET); paste a token instead",
+        )
+        .into());
+    };
+    let jti = claims.jti.clone().unwrap_or_default();
+    {
+        let mut redeemed = state
+            .redeemed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = chrono::Utc::now().timestamp();
+        redeemed.retain(|_, expires| *expires >= now);
+        if redeemed.insert(jti, claims.exp).is_some() {
+            return Err(AuthError::Invalid("this login ticket was already used".into()).into());
+        }
+    }
+    let (token, expires) = auth::mint_session(&claims, secret)
+        .map_err(|error| ApiError::Core(cairn_core::Error::Storage(format!("minting a session: {error}"))))?;
+    tracing::info!(tenant = %claims.tenant, subject = %claims.sub, "console login ticket redeemed");
+    let expires_at = chrono::DateTime::from_timestamp(expires, 0).unwrap_or_else(chrono::Utc::now);
+    Ok(HttpResponse::Ok().json(wire::LoginResponse {
+        token,
+        expires_at: wire::Timestamp(expires_at),
+    }))
+}
+
 pub fn register(config: &mut web::ServiceConfig) {
     config
+        .route("/ui/session", web::post().to(session))
         .route("/ui", web::get().to(index))
         .route("/ui/", web::get().to(index))
         .route("/ui/assets/app.js", web::get().to(script))

@@ -36,6 +36,10 @@ pub struct AppState {
     pub metrics_require_auth: bool,
     /// The MCP transport, built once and shared by every worker.
     pub mcp: StreamableHttpService<CairnMcp>,
+    /// The HS256 secret console sessions are signed with (none: login links are off).
+    pub login_secret: Option<String>,
+    /// Console login tickets already redeemed (`jti` → expiry), so each works once.
+    pub redeemed: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 impl AppState {
@@ -67,6 +71,8 @@ impl AppState {
             max_body_bytes,
             max_import_bytes: 64 * 1024 * 1024,
             metrics_require_auth,
+            login_secret: None,
+            redeemed: std::sync::Mutex::default(),
         })
     }
 

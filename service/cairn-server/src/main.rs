@@ -3,7 +3,7 @@
 
 use actix_web::{HttpServer, web};
 use anyhow::Context;
-use cairn_server::auth::{MintRequest, mint, parse_ttl};
+use cairn_server::auth::{MintRequest, mint, mint_login_ticket, parse_ttl};
 use cairn_server::config::{Backend, Config};
 use cairn_server::{
     build_state, cluster_store, http, open_store, spawn_consolidation_worker, spawn_maintenance, telemetry,
@@ -116,6 +116,14 @@ enum TokenCommand {
         /// Sign with this RS256/ES256 private key (PEM) instead of the HS256 secret.
         #[arg(long)]
         private_key: Option<PathBuf>,
+        /// Print a login link for the console instead of a token: it carries a ticket
+        /// that signs a browser tab in once, within 2 minutes, for a session of --ttl
+        /// (at most 12h). The ticket is not a bearer token.
+        #[arg(long)]
+        ui: bool,
+        /// The service's base URL for the --ui link (default: from CAIRN_LISTEN).
+        #[arg(long)]
+        url: Option<String>,
     },
 }
 
@@ -461,6 +469,8 @@ fn run() -> anyhow::Result<()> {
                     ttl,
                     sub,
                     private_key,
+                    ui,
+                    url,
                 },
         } => {
             let private_key = private_key
@@ -492,7 +502,19 @@ fn run() -> anyhow::Result<()> {
                 audience: config.jwt_audience.clone(),
                 issuer: config.jwt_issuer.clone(),
             };
-            println!("{}", mint(&request, secret.as_deref(), private_key.as_deref())?);
+            if ui {
+                let ticket = mint_login_ticket(&request, secret.as_deref(), private_key.as_deref())?;
+                let scheme = if config.tls_cert.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                let base = url.unwrap_or_else(|| format!("{scheme}://{}", config.listen));
+                // The ticket rides in the fragment, which browsers never send to a server.
+                println!("{}/ui#ticket={ticket}", base.trim_end_matches('/'));
+            } else {
+                println!("{}", mint(&request, secret.as_deref(), private_key.as_deref())?);
+            }
             Ok(())
         }
     }

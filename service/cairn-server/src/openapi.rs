@@ -151,6 +151,20 @@ fn operation(route: &Route, generator: &mut SchemaGenerator) -> Value {
             json!({ "description": "success", "content": { media: { "schema": { "type": "string" } } } }),
         );
     }
+    if route.permission.is_none() && route.request.is_some() {
+        // A public route with a body (a login ticket) can still refuse it.
+        let error = generator.subschema_for::<ErrorResponse>().to_value();
+        for (status, description) in [
+            (401, "the credential in the body was refused"),
+            (413, "body too large"),
+            (422, "malformed or invalid input"),
+        ] {
+            responses.insert(
+                status.to_string(),
+                json!({ "description": description, "content": { "application/json": { "schema": error } } }),
+            );
+        }
+    }
     if let Some(permission) = route.permission {
         operation.insert("security".into(), json!([{ "bearer": [permission.as_str()] }]));
         let error = generator.subschema_for::<ErrorResponse>().to_value();

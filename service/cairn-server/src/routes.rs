@@ -395,6 +395,21 @@ pub const ROUTES: &[Route] = &[
         tag: "operations",
     },
     Route {
+        method: "POST",
+        path: "/ui/session",
+        permission: None,
+        success: &[(200, schema::<wire::LoginResponse>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::LoginBody>,
+            required: true,
+            example: Some(r#"{"ticket": "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9..."}"#),
+        }),
+        query: None,
+        summary: "Redeem a console login ticket (cairn token mint --ui) once for a session token",
+        operation_id: "consoleSession",
+        tag: "operations",
+    },
+    Route {
         method: "GET",
         path: "/healthz",
         permission: None,

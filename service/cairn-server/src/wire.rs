@@ -1073,3 +1073,18 @@ pub enum ImportBody {
     Cairn(cairn_app::ScopeExport),
     Mem0(cairn_app::Mem0Document),
 }
+
+/// `POST /ui/session`: a login ticket from `cairn token mint --ui`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoginBody {
+    #[schemars(length(min = 1))]
+    pub ticket: String,
+}
+
+/// A console session token for the ticket's tenant, user binding and scopes.
+#[derive(Serialize, JsonSchema)]
+pub struct LoginResponse {
+    pub token: String,
+    pub expires_at: Timestamp,
+}

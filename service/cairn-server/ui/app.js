@@ -392,5 +392,32 @@ function route() {
   return home();
 }
 
-window.addEventListener("hashchange", route);
-route();
+/** A login link (`cairn token mint --ui`) carries a one-time ticket in the fragment:
+ * it is taken out of the address bar at once and exchanged for a session token. */
+async function redeemTicket() {
+  const match = location.hash.match(/^#ticket=([A-Za-z0-9_.-]+)$/);
+  if (!match) return;
+  history.replaceState(null, "", `${location.pathname}#/`);
+  try {
+    const response = await fetch("/ui/session", {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json" },
+      body: JSON.stringify({ ticket: match[1] }),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer?.error?.message ?? `HTTP ${response.status}`);
+    sessionStorage.setItem(TOKEN_KEY, answer.token);
+  } catch (error) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    signIn(`The login link did not work: ${error.message}`);
+    return false;
+  }
+}
+
+async function start() {
+  if ((await redeemTicket()) === false) return;
+  route();
+}
+
+window.addEventListener("hashchange", start);
+start();
