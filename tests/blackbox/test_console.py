@@ -4,9 +4,11 @@ retraction, read-only tokens, stored texts that look like markup, and tenants.""
 
 import shutil
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+from conftest import cluster_url, delete_indices, wait_for
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -80,7 +82,27 @@ def seed(server):
     return admin, porto["fact"], lisbon["fact"]
 
 
-def test_console_end_to_end(server, browser):
+@pytest.fixture(params=["embedded", "opensearch"])
+def backend_server(request, make_server):
+    """The service on the embedded store, and on the OpenSearch test node."""
+    if request.param == "embedded":
+        yield make_server().start()
+        return
+    url = cluster_url("opensearch")
+    prefix = f"cairn-ui-{uuid.uuid4().hex[:12]}"
+    server = make_server(extra_env={"CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": url,
+                                    "CAIRN_INDEX_PREFIX": prefix}).start()
+    assert wait_for(lambda: server.call("GET", "/readyz").status == 200, 60), "the cluster store never became ready"
+    try:
+        yield server
+    finally:
+        server.stop()
+        delete_indices(url, prefix)
+
+
+def test_console_end_to_end(backend_server, browser):
+    server = backend_server
+    screenshots = "opensearch" not in server.env.get("CAIRN_BACKEND", "")
     started = time.monotonic()
     admin, porto, lisbon = seed(server)
     page = server.call("GET", "/ui")
@@ -98,7 +120,8 @@ def test_console_end_to_end(server, browser):
     # Users of the tenant, and only of it.
     wait(browser, ready.presence_of_element_located((By.LINK_TEXT, "alice")))
     assert "globex-user" not in browser.find_element(By.TAG_NAME, "main").text
-    shot(browser, "users")
+    if screenshots:
+        shot(browser, "users")
     browser.find_element(By.LINK_TEXT, "alice").click()
     wait(browser, ready.presence_of_element_located(css("tr[data-fact]")))
 
@@ -116,7 +139,8 @@ def test_console_end_to_end(server, browser):
     items = chain.find_elements(By.TAG_NAME, "li")
     assert [item.text.split(" ", 1)[0] for item in items] == ["superseded", "active"]
     assert lisbon["text"] in items[1].text
-    shot(browser, "fact-history")
+    if screenshots:
+        shot(browser, "fact-history")
     items[1].find_element(By.LINK_TEXT, lisbon["text"]).click()
     wait(browser, ready.text_to_be_present_in_element(css("#fact-text"), lisbon["text"]))
 
@@ -130,7 +154,8 @@ def test_console_end_to_end(server, browser):
     assert rows[0].get_attribute("data-hit") == lisbon["id"]
     headers = browser.find_element(By.CSS_SELECTOR, "#recall-results thead").text
     assert "BM25 rank" in headers and "kNN rank" in headers and "fused" in headers
-    shot(browser, "recall")
+    if screenshots:
+        shot(browser, "recall")
 
     # Retract the fact, confirmed in a dialog, and see it leave recall.
     browser.get(f"{server.base}/ui#/users/alice/fact/{lisbon['id']}")
@@ -148,7 +173,8 @@ def test_console_end_to_end(server, browser):
     wait(browser, ready.presence_of_element_located(css("tr[data-fact]")))
     width = browser.execute_script("return document.documentElement.scrollWidth")
     assert width <= 400, f"the page is {width} px wide at 390"
-    shot(browser, "facts-narrow")
+    if screenshots:
+        shot(browser, "facts-narrow")
     browser.set_window_size(1280, 900)
 
     # A read-only token: no destructive controls, and a forced request is refused.

@@ -290,16 +290,42 @@ async function eraseUser(user) {
 }
 
 function episodes(user) {
-  return pagedTable(["said", "session", "when"], `${userPath(user)}/episodes`, {}, (e) =>
-    h("tr", {}, h("td", { class: "text" }, e.text), h("td", {}, e.session_id ?? "—"), h("td", {}, when(e.occurred_at))));
+  // Newest first, a page at a time; a session shows its episodes alone.
+  const session = h("input", { id: "session-filter", type: "text", placeholder: "every session", "aria-label": "Session" });
+  const holder = h("div");
+  const apply = () => {
+    for (const row of holder.querySelectorAll("tr[data-session]")) {
+      row.classList.toggle("hidden", Boolean(session.value) && row.dataset.session !== session.value);
+    }
+  };
+  holder.append(pagedTable(["said", "session", "when"], `${userPath(user)}/episodes`, {}, (e) => {
+    const pick = h("button", { type: "button", onclick: () => { session.value = e.session_id ?? ""; apply(); } }, e.session_id ?? "—");
+    const row = h("tr", { "data-session": e.session_id ?? "" },
+      h("td", { class: "text" }, e.text), h("td", {}, e.session_id ? pick : "—"), h("td", {}, when(e.occurred_at)));
+    if (session.value && (e.session_id ?? "") !== session.value) row.classList.add("hidden");
+    return row;
+  }));
+  session.addEventListener("input", apply);
+  return h("div", {}, h("div", { class: "row" }, h("label", {}, "Session", session)), holder);
 }
 
 function playbooks(user) {
-  return pagedTable(["playbook", "trigger", "version", "outcomes", "steps"], `${userPath(user)}/playbooks`, {}, (p) =>
-    h("tr", {},
-      h("td", {}, p.name), h("td", { class: "text" }, p.trigger), h("td", {}, p.version),
-      h("td", {}, `${p.success_count} ✓ / ${p.failure_count} ✗`),
-      h("td", { class: "text" }, h("ol", {}, p.steps.map((s) => h("li", {}, s))))));
+  return pagedTable(["playbook", "trigger", "version", "outcomes", "steps"], `${userPath(user)}/playbooks`, {}, (p) => {
+    const versions = h("td", { class: "text" }, h("ol", {}, p.steps.map((s) => h("li", {}, s))));
+    const history = h("button", { type: "button", "aria-label": `Versions of ${p.name}`, onclick: async () => {
+      try {
+        const answer = await api("GET", `${userPath(user)}/playbooks/${encodeURIComponent(p.id)}/versions`);
+        versions.replaceChildren(...answer.versions.map((v) => h("div", { class: "card" },
+          h("strong", {}, `v${v.version}`), ` ${when(v.updated_at)} · ${v.success_count} ✓ / ${v.failure_count} ✗`,
+          h("ol", {}, v.steps.map((s) => h("li", {}, s))))));
+      } catch (error) {
+        versions.append(failure(error));
+      }
+    } }, "versions");
+    return h("tr", {},
+      h("td", {}, p.name, " ", history), h("td", { class: "text" }, p.trigger), h("td", {}, p.version),
+      h("td", {}, `${p.success_count} ✓ / ${p.failure_count} ✗`), versions);
+  });
 }
 
 function decisions(user) {

@@ -526,7 +526,22 @@ impl Cluster {
     }
 }
 
-/// A storage error for an unexpected answer, with the cluster's reason.
+/// Error types a cluster answers with while nodes or shards come and go: the request may
+/// succeed when retried, so they are `Unavailable` (503), not internal errors.
+const TRANSIENT: [&str; 9] = [
+    "search_phase_execution_exception",
+    "no_shard_available_action_exception",
+    "unavailable_shards_exception",
+    "node_not_connected_exception",
+    "node_disconnected_exception",
+    "node_closed_exception",
+    "cluster_block_exception",
+    "process_cluster_event_timeout_exception",
+    "primary_missing_action_exception",
+];
+
+/// The error for an unexpected answer, with the cluster's reason: `Unavailable` for a
+/// 502-504 or an error of a cluster in transition, `Storage` otherwise.
 pub fn failure(path: &str, answer: &Answer) -> Error {
     let error = &answer.body["error"];
     let mut reason = error["reason"]
@@ -537,7 +552,24 @@ pub fn failure(path: &str, answer: &Answer) -> Error {
         reason.push_str(": ");
         reason.push_str(cause);
     }
-    Error::Storage(format!("{path}: {} {reason}", answer.status))
+    let message = format!("{path}: {} {reason}", answer.status);
+    let types = std::iter::once(&error["type"])
+        .chain(
+            error["root_cause"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|cause| &cause["type"]),
+        )
+        .chain(std::iter::once(&error["caused_by"]["type"]))
+        .filter_map(Value::as_str);
+    let transient =
+        matches!(answer.status, 502..=504) || types.into_iter().any(|kind| TRANSIENT.contains(&kind));
+    if transient {
+        Error::Unavailable(message)
+    } else {
+        Error::Storage(message)
+    }
 }
 
 #[cfg(test)]
@@ -579,6 +611,30 @@ mod tests {
             text.contains("rejected the credentials (basic authentication; 401)")
                 && !text.contains("hunter2")
         );
+    }
+
+    #[test]
+    fn a_cluster_in_transition_is_unavailable_not_broken() {
+        let answer = |status, body| Answer {
+            status,
+            body,
+            elastic: false,
+        };
+        let lost = answer(
+            500,
+            json!({ "error": { "type": "search_phase_execution_exception", "reason": "all shards failed",
+                "root_cause": [{ "type": "no_shard_available_action_exception" }] } }),
+        );
+        assert!(matches!(failure("/x", &lost), Error::Unavailable(_)));
+        assert!(matches!(
+            failure("/x", &answer(503, json!({}))),
+            Error::Unavailable(_)
+        ));
+        let mapping = answer(
+            400,
+            json!({ "error": { "type": "mapper_parsing_exception", "reason": "bad field" } }),
+        );
+        assert!(matches!(failure("/x", &mapping), Error::Storage(_)));
     }
 
     #[test]
