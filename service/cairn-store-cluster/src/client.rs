@@ -482,18 +482,13 @@ impl Cluster {
                 if response["error"].is_null() {
                     return Ok(response);
                 }
-                let status = response["status"].as_u64().unwrap_or(500) as u16;
                 let one = Answer {
-                    status,
+                    status: response["status"].as_u64().unwrap_or(500) as u16,
                     body: response,
                     elastic: answer.elastic,
                 };
-                match failure(&format!("/{index}/_search"), &one) {
-                    Error::Storage(message) if matches!(status, 502..=504) => {
-                        Err(Error::Unavailable(message))
-                    }
-                    error => Err(error),
-                }
+                // `failure` answers `Unavailable` for 502-504 and a cluster in transition.
+                Err(failure(&format!("/{index}/_search"), &one))
             })
             .collect()
     }
