@@ -78,6 +78,7 @@ def test_every_route_answers_as_its_document_says(make_server):
     call("GET", f"{base}/profile?query=hiking&k=3", token=reader, expect=200)
     call("POST", f"{base}/consolidate", {"dry_run": True}, expect=200)
     call("POST", f"{base}/consolidate", raw=b'{"from_start": {}}', expect=422)
+    call("POST", f"{base}/consolidate", raw=b'[]', expect=422)
     call("GET", f"{base}/decisions", expect=200)
     jobs = call("GET", f"{base}/jobs", expect=200)["items"]
     assert queued["consolidation"]["job_id"] in [job["id"] for job in jobs]

@@ -507,9 +507,13 @@ async fn optional_body<T: serde::de::DeserializeOwned>(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|error| ApiError::Malformed(format!("the body is not valid: {error}")))
+    let malformed = |error: serde_json::Error| ApiError::Malformed(format!("the body is not valid: {error}"));
+    // serde reads a struct from a JSON array too; the body must be an object.
+    let value: serde_json::Value = serde_json::from_slice(&body).map_err(malformed)?;
+    if !value.is_object() {
+        return Err(ApiError::Malformed("the body must be a JSON object".into()));
+    }
+    serde_json::from_value(value).map(Some).map_err(malformed)
 }
 
 /// Whether a request path matches a route template such as `/v1/users/{user}/facts`.
