@@ -366,6 +366,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/ui": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The inspector console (HTML; it signs in with a bearer token and uses this API) */
+        get: operations["console"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/ui/session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Redeem a console login ticket (cairn token mint --ui) once for a session token */
+        post: operations["consoleSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1094,6 +1128,16 @@ export interface components {
              * @description Refused by a tombstone: the user retracted or forgot the value.
              */
             tombstoned: number;
+        };
+        /** @description `POST /ui/session`: a login ticket from `cairn token mint --ui`. */
+        LoginBody: {
+            ticket: string;
+        };
+        /** @description A console session token for the ticket's tenant, user binding and scopes. */
+        LoginResponse: {
+            token: string;
+            /** Format: date-time */
+            expires_at: string;
         };
         /** @description `GET /healthz`. */
         Liveness: {
@@ -3745,6 +3789,80 @@ export interface operations {
             };
             /** @description the store is unavailable; retry later (see Retry-After when given) */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    console: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+        };
+    };
+    consoleSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /** @example {
+                 *       "ticket": "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9..."
+                 *     } */
+                "application/json": components["schemas"]["LoginBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoginResponse"];
+                };
+            };
+            /** @description the credential in the body was refused */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

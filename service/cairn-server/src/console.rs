@@ -51,7 +51,7 @@ async fn style() -> HttpResponse {
 /// once, within its two minutes.
 async fn session(
     state: web::Data<AppState>,
-    body: web::Json<wire::LoginBody>,
+    body: web::Json<wire::Object<wire::LoginBody>>,
 ) -> Result<HttpResponse, ApiError> {
     let claims = state.verifier.login_ticket(&body.ticket)?;
     let Some(secret) = state.login_secret.as_deref() else {

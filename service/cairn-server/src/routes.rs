@@ -507,13 +507,9 @@ async fn optional_body<T: serde::de::DeserializeOwned>(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let malformed = |error: serde_json::Error| ApiError::Malformed(format!("the body is not valid: {error}"));
-    // serde reads a struct from a JSON array too; the body must be an object.
-    let value: serde_json::Value = serde_json::from_slice(&body).map_err(malformed)?;
-    if !value.is_object() {
-        return Err(ApiError::Malformed("the body must be a JSON object".into()));
-    }
-    serde_json::from_value(value).map(Some).map_err(malformed)
+    serde_json::from_slice::<wire::Object<T>>(&body)
+        .map(|object| Some(object.0))
+        .map_err(|error| ApiError::Malformed(format!("the body is not valid: {error}")))
 }
 
 /// Whether a request path matches a route template such as `/v1/users/{user}/facts`.
@@ -611,11 +607,11 @@ async fn openapi_document() -> HttpResponse {
 async fn ingest(
     caller: Authenticated,
     user: UserPath,
-    body: web::Json<wire::IngestBody>,
+    body: web::Json<wire::Object<wire::IngestBody>>,
     state: State,
 ) -> Reply {
     let scope = caller.scope(&user, Permission::Write)?;
-    let request = body.into_inner().into_request()?;
+    let request = body.into_inner().0.into_request()?;
     if request.consolidate == cairn_app::ConsolidateMode::Sync {
         state.charge_run(scope.tenant().as_str())?;
     }
@@ -671,13 +667,13 @@ async fn get_episode(caller: Authenticated, path: ItemPath, state: State) -> Rep
 async fn write_fact(
     caller: Authenticated,
     user: UserPath,
-    body: web::Json<wire::FactBody>,
+    body: web::Json<wire::Object<wire::FactBody>>,
     state: State,
 ) -> Reply {
     let scope = caller.scope(&user, Permission::Write)?;
     let outcome = state
         .cairn
-        .write_fact(&scope, &caller.context, body.into_inner().into_input()?)
+        .write_fact(&scope, &caller.context, body.into_inner().0.into_input()?)
         .await?;
     let response = wire::fact_write_response(&outcome);
     Ok(if outcome.created {
@@ -737,13 +733,13 @@ async fn forget_fact(caller: Authenticated, path: ItemPath, state: State) -> Rep
 async fn create_playbook(
     caller: Authenticated,
     user: UserPath,
-    body: web::Json<wire::PlaybookBody>,
+    body: web::Json<wire::Object<wire::PlaybookBody>>,
     state: State,
 ) -> Reply {
     let scope = caller.scope(&user, Permission::Write)?;
     let playbook = state
         .cairn
-        .create_playbook(&scope, &caller.context, body.into_inner().into_input())
+        .create_playbook(&scope, &caller.context, body.into_inner().0.into_input())
         .await?;
     Ok(HttpResponse::Created().json(wire::PlaybookEnvelope {
         playbook: wire::playbook(&playbook),
@@ -784,14 +780,14 @@ async fn playbook_versions(caller: Authenticated, path: ItemPath, state: State) 
 async fn new_playbook_version(
     caller: Authenticated,
     path: ItemPath,
-    body: web::Json<wire::PlaybookVersionBody>,
+    body: web::Json<wire::Object<wire::PlaybookVersionBody>>,
     state: State,
 ) -> Reply {
     let (user, id) = path.into_inner();
     let scope = caller.scope(&user, Permission::Write)?;
     let playbook = state
         .cairn
-        .new_playbook_version(&scope, &caller.context, &id, body.into_inner().into_input())
+        .new_playbook_version(&scope, &caller.context, &id, body.into_inner().0.into_input())
         .await?;
     Ok(HttpResponse::Created().json(wire::PlaybookEnvelope {
         playbook: wire::playbook(&playbook),
@@ -801,7 +797,7 @@ async fn new_playbook_version(
 async fn record_outcome(
     caller: Authenticated,
     path: ItemPath,
-    body: web::Json<wire::OutcomeBody>,
+    body: web::Json<wire::Object<wire::OutcomeBody>>,
     state: State,
 ) -> Reply {
     let (user, id) = path.into_inner();
@@ -818,13 +814,13 @@ async fn record_outcome(
 async fn recall(
     caller: Authenticated,
     user: UserPath,
-    body: web::Json<wire::RecallBody>,
+    body: web::Json<wire::Object<wire::RecallBody>>,
     state: State,
 ) -> Reply {
     let scope = caller.scope(&user, Permission::Read)?;
     let result = state
         .cairn
-        .recall(&scope, body.into_inner().into_request()?)
+        .recall(&scope, body.into_inner().0.into_request()?)
         .await?;
     Ok(HttpResponse::Ok().json(wire::recall_response(&result)))
 }
@@ -916,8 +912,9 @@ async fn import_user(
         .map_err(|error| ApiError::Malformed(format!("the body could not be read: {error}")))?;
     let report = match query.format.as_deref().unwrap_or("cairn") {
         "cairn" => {
-            let document = serde_json::from_slice(&body)
-                .map_err(|error| ApiError::Malformed(format!("the body is not a Cairn export: {error}")))?;
+            let document = serde_json::from_slice::<wire::Object<_>>(&body)
+                .map_err(|error| ApiError::Malformed(format!("the body is not a Cairn export: {error}")))?
+                .0;
             let report = state
                 .cairn
                 .import_scope(&scope, &caller.context, document)

@@ -28,6 +28,37 @@ fn utc(field: &str, time: Option<&str>) -> Result<Option<DateTime<Utc>>, Error> 
     .transpose()
 }
 
+/// A request body that must be a JSON object. Derived struct deserializers also read a
+/// struct from a JSON array (its fields in order); the API documents objects only, so
+/// every body is read through this, and `[...]` is refused as malformed.
+#[derive(Debug)]
+pub struct Object<T>(pub T);
+
+impl<T> std::ops::Deref for Object<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = T;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(Visit(std::marker::PhantomData))
+            .map(Object)
+    }
+}
+
 /// A point in time on the wire: RFC 3339 in UTC with microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Timestamp(pub DateTime<Utc>);

@@ -198,3 +198,38 @@ async fn every_route_refuses_the_permission_just_below_its_own() {
     }
     assert!(checked >= 25, "only {checked} routes checked");
 }
+
+/// Serde reads a struct from a JSON array of its fields in order; the API takes objects
+/// only, so each of these (which serde alone would accept) is refused and changes nothing.
+#[actix_web::test]
+async fn bodies_in_array_form_are_refused() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let admin = token_holding(&[Permission::Admin]);
+    let cases = [
+        (
+            Method::POST,
+            "/v1/users/u1/facts",
+            serde_json::json!(["I live in Porto"]),
+        ),
+        (Method::POST, "/v1/users/u1/recall", serde_json::json!(["Porto"])),
+        (Method::POST, "/v1/users/u1/consolidate", serde_json::json!([])),
+        (
+            Method::POST,
+            "/v1/users/u1/playbooks/none/outcome",
+            serde_json::json!([true]),
+        ),
+        (Method::POST, "/ui/session", serde_json::json!(["ticket"])),
+    ];
+    for (method, path, body) in cases {
+        let (status, answer) = send(service, method, path, &admin, Some(body.clone())).await;
+        assert_eq!(
+            (status, error_code(&answer)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+            "{path} with {body}: {answer}"
+        );
+    }
+    let (status, answer) = send(service, Method::GET, "/v1/users/u1/facts", &admin, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer["items"], serde_json::json!([]), "{answer}");
+}
