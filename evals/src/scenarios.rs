@@ -58,6 +58,10 @@ struct Turn {
     /// Retract (through the API) the active fact containing this text, after the turn.
     #[serde(default)]
     retract: Option<String>,
+    /// Simulated hours since the previous message (default 1); a long gap starts a new
+    /// session in a conversation that spans days or weeks.
+    #[serde(default)]
+    after_hours: Option<i64>,
 }
 
 #[derive(Deserialize, Clone, Default)]
@@ -332,11 +336,15 @@ async fn run_scenario(
             user: message.clone(),
             assistant: None,
             retract: None,
+            after_hours: None,
         };
         ingest(cairn, &scope, &turn, base + Duration::hours(hour)).await?;
         hour += 1;
     }
-    for turn in &scenario.turns {
+    for (position, turn) in scenario.turns.iter().enumerate() {
+        if position > 0 {
+            hour += turn.after_hours.unwrap_or(1) - 1;
+        }
         ingest(cairn, &scope, turn, base + Duration::hours(hour))
             .await
             .with_context(|| format!("scenario {:?}", scenario.name))?;
@@ -409,6 +417,7 @@ async fn run_scenario(
             let decisions = store
                 .list_decisions(
                     &scope,
+                    None,
                     &PageRequest {
                         limit: 50,
                         cursor: None,
