@@ -139,10 +139,27 @@ def test_console_end_to_end(backend_server, browser):
     items = chain.find_elements(By.TAG_NAME, "li")
     assert [item.text.split(" ", 1)[0] for item in items] == ["superseded", "active"]
     assert lisbon["text"] in items[1].text
+    assert "superseded" in items[0].text and f"by {lisbon['id']}" in items[0].text
+    assert f"replaces {porto['id']}" in items[1].text
     if screenshots:
         shot(browser, "fact-history")
     items[1].find_element(By.LINK_TEXT, lisbon["text"]).click()
     wait(browser, ready.text_to_be_present_in_element(css("#fact-text"), lisbon["text"]))
+    # ... and back: the newer fact's history names the value it replaced.
+    wait(browser, ready.presence_of_element_located(css(f"#chain li[data-fact='{porto['id']}']")))
+    back = browser.find_elements(By.CSS_SELECTOR, "#chain li")
+    assert [item.get_attribute("data-fact") for item in back] == [porto["id"], lisbon["id"]]
+    assert "current" in back[1].get_attribute("class")
+
+    # Episodes of one session, filtered by the service.
+    browser.get(f"{server.base}/ui#/users/alice/episodes")
+    wait(browser, ready.presence_of_element_located(css("tr[data-session='s1']")))
+    session = browser.find_element(By.ID, "session-filter")
+    session.send_keys("no-such-session", Keys.ENTER)
+    wait(browser, ready.text_to_be_present_in_element(css("main"), "Nothing here."))
+    session.clear()
+    session.send_keys("s1", Keys.ENTER)
+    wait(browser, ready.presence_of_element_located(css("tr[data-session='s1']")))
 
     # Recall with explanations.
     browser.get(f"{server.base}/ui#/users/alice/recall")
@@ -166,6 +183,29 @@ def test_console_end_to_end(backend_server, browser):
     recalled = server.call("POST", "/v1/users/alice/recall", token=admin,
                            body={"query": "where does the user live"}).json()
     assert lisbon["id"] not in [hit["id"] for hit in recalled["hits"]]
+
+    # The retracted value is a tombstone now (section 2 by keyboard), never showing a value.
+    browser.find_element(By.TAG_NAME, "body").send_keys("2")
+    wait(browser, ready.presence_of_element_located(css("#tombstones tr[data-tombstone]")))
+    assert "/tombstones" in browser.current_url
+    row = browser.find_element(By.CSS_SELECTOR, "#tombstones tr[data-tombstone]")
+    assert "retracted" in row.text and lisbon["id"] in row.text
+    if screenshots:
+        shot(browser, "tombstones")
+
+    # Decisions of one kind, with their gate and the evidence they cite.
+    browser.get(f"{server.base}/ui#/users/alice/decisions")
+    wait(browser, ready.presence_of_element_located(css("tr[data-kind]")))
+    Select(browser.find_element(By.ID, "kind-filter")).select_by_value("RETRACTED")
+    wait(browser, lambda d: {r.get_attribute("data-kind") for r in d.find_elements(By.CSS_SELECTOR, "tr[data-kind]")}
+         == {"RETRACTED"})
+    row = browser.find_element(By.CSS_SELECTOR, "tr[data-kind]")
+    assert "request" in row.text
+    row.find_element(By.CSS_SELECTOR, "button.evidence-toggle").click()
+    cited = wait(browser, ready.presence_of_element_located(css(f"blockquote[data-cited='{lisbon['id']}']")))
+    assert lisbon["text"] in cited.text and "retracted" in cited.text
+    if screenshots:
+        shot(browser, "decisions")
 
     # Narrow screens: the page stays usable at 390 px.
     browser.set_window_size(390, 844)

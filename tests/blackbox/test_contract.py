@@ -58,6 +58,10 @@ def test_every_route_answers_as_its_document_says(make_server):
     call("GET", f"{base}/facts/{fact_id}", expect=200)
     call("POST", f"{base}/facts/{fact_id}/retract", {"reason": "a test"}, expect=200)
     call("POST", f"{base}/facts/{fact_id}/retract", {"reason": "again"}, expect=409)
+    history = call("GET", f"{base}/facts/{fact_id}/history", token=reader, expect=200)
+    assert fact_id in [fact["id"] for fact in history["items"]]
+    tombstones = call("GET", f"{base}/tombstones", token=reader, expect=200)
+    assert fact_id in [tombstone["fact_id"] for tombstone in tombstones["items"]]
     call("DELETE", f"{base}/facts/{doomed['fact']['id']}", expect=200)
     call("GET", f"{base}/facts/{doomed['fact']['id']}", expect=404)
 
@@ -80,6 +84,10 @@ def test_every_route_answers_as_its_document_says(make_server):
     call("POST", f"{base}/consolidate", raw=b'{"from_start": {}}', expect=422)
     call("POST", f"{base}/consolidate", raw=b'[]', expect=422)
     call("GET", f"{base}/decisions", expect=200)
+    retracted = call("GET", f"{base}/decisions?kind=RETRACTED&limit=5", expect=200)["items"]
+    assert retracted and {decision["kind"] for decision in retracted} == {"RETRACTED"}
+    call("GET", f"{base}/decisions?kind=SOMETIMES", expect=422)
+    call("GET", f"{base}/episodes?session_id=s-none", expect=200)
     jobs = call("GET", f"{base}/jobs", expect=200)["items"]
     assert queued["consolidation"]["job_id"] in [job["id"] for job in jobs]
     call("POST", f"{base}/jobs/{jobs[0]['id']}/retry", expect=200)

@@ -28,6 +28,8 @@ def test_every_method_returns_typed_results(service):
     episode = client.get_episode("alice", ingested.episode_ids[1])
     assert isinstance(episode, cairn.Episode) and episode.occurred_at.year == 2026 and episode.session_id == "s1"
     assert [e.id for e in client.episodes("alice", page_size=1)] == list(reversed(ingested.episode_ids))
+    assert [e.id for e in client.episodes("alice", session_id="s1")] == list(reversed(ingested.episode_ids))
+    assert list(client.episodes("alice", session_id="elsewhere")) == []
 
     written = client.write_fact("alice", "The user is vegetarian.", fact_type="preference", confidence=0.8)
     assert isinstance(written, cairn.FactWrite) and written.created and written.decision.kind == "NEW"
@@ -35,6 +37,15 @@ def test_every_method_returns_typed_results(service):
     assert client.write_fact("alice", "The user is vegetarian.").created is False
     retracted = client.retract_fact("alice", written.fact.id, reason="test")
     assert isinstance(retracted, cairn.Fact) and retracted.status == "retracted"
+    tombstones = client.tombstones("alice")
+    assert [(t.fact_id, t.reason) for t in tombstones] == [(written.fact.id, "retracted")]
+    assert isinstance(tombstones[0], cairn.Tombstone) and isinstance(tombstones[0].created_at, datetime)
+    porto = client.write_fact("alice", "The user works in Porto.").fact
+    braga = client.write_fact("alice", "The user works in Braga.", supersedes=porto.id).fact
+    assert [(f.id, f.status) for f in client.fact_history("alice", porto.id)] == [
+        (porto.id, "superseded"), (braga.id, "active")]
+    assert [d.fact_id for d in client.decisions("alice", kind="UPDATES")] == [braga.id]
+    assert {d.gate for d in client.decisions("alice", kind="RETRACTED")} == {"request"}
     doomed = client.write_fact("alice", "The user owns a kayak.").fact
     assert client.forget_fact("alice", doomed.id) == doomed.id
 

@@ -10,6 +10,7 @@ export type Fact = Schemas["FactResponse"];
 export type Decision = Schemas["DecisionResponse"];
 export type FactWrite = Schemas["FactWriteResponse"];
 export type Episode = Schemas["EpisodeResponse"];
+export type Tombstone = Schemas["TombstoneResponse"];
 export type Playbook = Schemas["PlaybookResponse"];
 export type RecallHit = Schemas["RecallHitResponse"];
 export type RecallResult = Schemas["RecallResponse"];
@@ -158,9 +159,9 @@ export class Cairn {
   ingest(userId: string, messages: Message[], options: IngestOptions = {}): Promise<IngestResult> {
     return this.send("POST", `${user(userId)}/episodes`, { messages, ...options });
   }
-  /** Every episode, newest first, a page at a time. */
-  episodes(userId: string, pageSize = 50): AsyncGenerator<Episode> {
-    return this.paginate(`${user(userId)}/episodes`, {}, pageSize);
+  /** Every episode (of one session when given), newest first, a page at a time. */
+  episodes(userId: string, pageSize = 50, sessionId?: string): AsyncGenerator<Episode> {
+    return this.paginate(`${user(userId)}/episodes`, { session_id: sessionId }, pageSize);
   }
   getEpisode(userId: string, id: string): Promise<Episode> {
     return this.send("GET", `${user(userId)}/episodes/${item(id)}`);
@@ -177,6 +178,14 @@ export class Cairn {
   }
   getFact(userId: string, id: string): Promise<Fact> {
     return this.send("GET", `${user(userId)}/facts/${item(id)}`);
+  }
+  /** The fact's supersession history, oldest first: what it replaced, itself, what replaced it. */
+  async factHistory(userId: string, id: string): Promise<Fact[]> {
+    return (await this.send<Schemas["FactResponseList"]>("GET", `${user(userId)}/facts/${item(id)}/history`)).items;
+  }
+  /** Values retracted or forgotten and refused from then on, newest first. */
+  async tombstones(userId: string): Promise<Tombstone[]> {
+    return (await this.send<Schemas["TombstoneResponseList"]>("GET", `${user(userId)}/tombstones`)).items;
   }
   /** Retracts a fact that was never true; its value is refused from then on. */
   async retractFact(userId: string, id: string, reason?: string): Promise<Fact> {
@@ -223,8 +232,9 @@ export class Cairn {
   consolidate(userId: string, options: Schemas["ConsolidateBody"] = {}): Promise<Consolidation> {
     return this.send("POST", `${user(userId)}/consolidate`, options);
   }
-  decisions(userId: string, pageSize = 50): AsyncGenerator<Decision> {
-    return this.paginate(`${user(userId)}/decisions`, {}, pageSize);
+  /** The decision log, newest first; `kind` (e.g. "UPDATES") keeps one kind. */
+  decisions(userId: string, pageSize = 50, kind?: Decision["kind"]): AsyncGenerator<Decision> {
+    return this.paginate(`${user(userId)}/decisions`, { kind }, pageSize);
   }
   async jobs(userId: string): Promise<Job[]> {
     return (await this.send<Schemas["JobList"]>("GET", `${user(userId)}/jobs`)).items;

@@ -11,7 +11,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List episodes, newest first */
+        /** List episodes, newest first, optionally of one session */
         get: operations["listEpisodes"];
         put?: never;
         /** Store what the user said as episodes */
@@ -70,6 +70,40 @@ export interface paths {
         post?: never;
         /** Forget (erase) a fact */
         delete: operations["forgetFact"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/users/{user}/facts/{id}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A fact's supersession history, oldest first: what it replaced, itself, what replaced it */
+        get: operations["getFactHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/users/{user}/tombstones": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Values retracted or forgotten and refused from then on, newest first */
+        get: operations["listTombstones"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -220,7 +254,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The decision log */
+        /** The decision log, newest first, optionally of one kind */
         get: operations["listDecisions"];
         put?: never;
         post?: never;
@@ -542,6 +576,11 @@ export interface components {
         DecisionResponse: {
             id: string;
             kind: components["schemas"]["DecisionKind"];
+            /**
+             * @description The gate that decided.
+             * @enum {string}
+             */
+            gate: "validation" | "grounding" | "tombstones" | "dedup" | "judge" | "request";
             reason: string;
             fact_id?: string | null;
             target_ids: string[];
@@ -684,6 +723,26 @@ export interface components {
             items: components["schemas"]["FactResponse"][];
             next_cursor?: string | null;
         };
+        /** @description A list returned whole (short by nature, so not paginated). */
+        FactResponseList: {
+            items: components["schemas"]["FactResponse"][];
+        };
+        /** @description A list returned whole (short by nature, so not paginated). */
+        TombstoneResponseList: {
+            items: components["schemas"]["TombstoneResponse"][];
+        };
+        /** @description A value retracted or forgotten, refused from then on. The value itself is not
+         *     shown (the tombstone keeps only its fingerprint, and a forgotten fact is erased). */
+        TombstoneResponse: {
+            id: string;
+            /** @description The fact whose value it refuses (gone when the fact was forgotten). */
+            fact_id: string;
+            reason: components["schemas"]["TombstoneReason"];
+            /** Format: date-time */
+            created_at: string;
+        };
+        /** @enum {string} */
+        TombstoneReason: "retracted" | "forgotten";
         RetractBody: {
             reason?: string | null;
         };
@@ -1055,8 +1114,6 @@ export interface components {
             /** Format: date-time */
             lifted_at?: string | null;
         };
-        /** @enum {string} */
-        TombstoneReason: "retracted" | "forgotten";
         ExportedDecision: {
             id: string;
             kind: components["schemas"]["DecisionKind"];
@@ -1174,6 +1231,8 @@ export interface operations {
                 limit?: number;
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
+                /** @description Only episodes of this session. */
+                session_id?: string;
             };
             header?: never;
             path: {
@@ -1833,6 +1892,180 @@ export interface operations {
             };
             /** @description conflict: not active, tombstoned, a version or watermark moved */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description rate limit or token budget exceeded; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description internal error; quote the request id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the store is unavailable; retry later (see Retry-After when given) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getFactHistory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the user whose memory this is, inside the token's tenant */
+                user: string;
+                /** @description the record's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FactResponseList"];
+                };
+            };
+            /** @description missing, invalid or expired token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the token lacks the scope or is bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not found in this scope */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description rate limit or token budget exceeded; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description internal error; quote the request id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the store is unavailable; retry later (see Retry-After when given) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listTombstones: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the user whose memory this is, inside the token's tenant */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TombstoneResponseList"];
+                };
+            };
+            /** @description missing, invalid or expired token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the token lacks the scope or is bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not found in this scope */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2941,6 +3174,8 @@ export interface operations {
                 limit?: number;
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
+                /** @description Only decisions of this kind. */
+                kind?: "NEW" | "UPDATES" | "EXTENDS" | "DUPLICATE" | "DROPPED_UNGROUNDED" | "BLOCKED_BY_TOMBSTONE" | "TOMBSTONE_LIFTED" | "RETRACTED" | "FORGOTTEN" | "REFUSED" | null;
             };
             header?: never;
             path: {

@@ -43,6 +43,13 @@ test("every method answers with the documented shapes", async () => {
   assert.equal(written.decision.kind, "NEW");
   assert.equal((await cairn.writeFact("alice", { text: "The user is vegetarian." })).created, false);
   assert.equal((await cairn.retractFact("alice", written.fact.id, "test")).status, "retracted");
+  assert.deepEqual((await cairn.tombstones("alice")).map((t) => [t.fact_id, t.reason]), [[written.fact.id, "retracted"]]);
+  const porto = (await cairn.writeFact("alice", { text: "The user works in Porto." })).fact;
+  const braga = (await cairn.writeFact("alice", { text: "The user works in Braga.", supersedes: porto.id })).fact;
+  assert.deepEqual((await cairn.factHistory("alice", braga.id)).map((f) => [f.id, f.status]),
+    [[porto.id, "superseded"], [braga.id, "active"]]);
+  assert.deepEqual((await collect(cairn.decisions("alice", 50, "UPDATES"))).map((d) => [d.fact_id, d.gate]), [[braga.id, "judge"]]);
+  assert.deepEqual((await collect(cairn.episodes("alice", 50, "elsewhere"))), []);
   const doomed = (await cairn.writeFact("alice", { text: "The user owns a kayak." })).fact;
   assert.equal(await cairn.forgetFact("alice", doomed.id), doomed.id);
   assert.ok((await collect(cairn.facts("alice", { status: "all", pageSize: 1 }))).length >= 2);

@@ -192,7 +192,13 @@ impl Cairn {
             .ok_or(Error::NotFound { what: "episode" })
     }
 
-    pub async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>> {
-        self.store.list_episodes(scope, page).await
+    pub async fn list_episodes(
+        &self,
+        scope: &Scope,
+        session: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<Page<Episode>> {
+        let session = validate::label("session_id", session)?;
+        self.store.list_episodes(scope, session.as_deref(), page).await
     }
 }

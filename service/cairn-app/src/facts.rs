@@ -375,6 +375,41 @@ impl Cairn {
             .ok_or(Error::NotFound { what: "fact" })
     }
 
+    /// A fact's supersession history, oldest first: the facts it replaced (and what
+    /// those replaced, back to the first), the fact itself, and what replaced it since.
+    /// A fact that replaced several holds them all; the walk stops after `HISTORY_LIMIT`.
+    pub async fn fact_history(&self, scope: &Scope, fact_id: &str) -> Result<Vec<Fact>> {
+        const HISTORY_LIMIT: usize = 100;
+        let fact = self.get_fact(scope, fact_id).await?;
+        let mut earlier = Vec::new();
+        let mut frontier = vec![fact.id.clone()];
+        while let Some(id) = frontier.pop() {
+            if earlier.len() >= HISTORY_LIMIT {
+                break;
+            }
+            for predecessor in self.store.list_superseded_by(scope, &id).await? {
+                frontier.push(predecessor.id.clone());
+                earlier.push(predecessor);
+            }
+        }
+        earlier.sort_by_key(|fact| fact.created_at);
+        let mut later = Vec::new();
+        let mut next = fact.superseded_by.clone();
+        while let Some(id) = next {
+            if later.len() >= HISTORY_LIMIT {
+                break;
+            }
+            let Some(successor) = self.store.get_fact(scope, &id).await? else {
+                break;
+            };
+            next = successor.superseded_by.clone();
+            later.push(successor);
+        }
+        earlier.push(fact);
+        earlier.extend(later);
+        Ok(earlier)
+    }
+
     pub async fn list_facts(
         &self,
         scope: &Scope,

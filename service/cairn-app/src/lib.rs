@@ -28,7 +28,7 @@ pub use usage::UsageLog;
 
 use cairn_core::{
     AuditEvent, Decision, DecisionKind, Embedder, ErasureReceipt, MemoryStore, Page, PageRequest, Reranker,
-    Result, Scope, TextQuery, new_id,
+    Result, Scope, TextQuery, Tombstone, new_id,
 };
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -183,8 +183,19 @@ impl Cairn {
         self.store.degraded()
     }
 
-    pub async fn decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
-        self.store.list_decisions(scope, page).await
+    pub async fn decisions(
+        &self,
+        scope: &Scope,
+        kind: Option<DecisionKind>,
+        page: &PageRequest,
+    ) -> Result<Page<Decision>> {
+        self.store.list_decisions(scope, kind, page).await
+    }
+
+    /// The scope's tombstones that still refuse their value, newest first: a fingerprint,
+    /// the fact it came from, why and when (never the value itself).
+    pub async fn tombstones(&self, scope: &Scope) -> Result<Vec<Tombstone>> {
+        self.store.list_tombstones(scope).await
     }
 
     /// The tenant's users that hold memory, by user id, with counts and last activity.

@@ -225,7 +225,7 @@ impl Cairn {
             })
             .collect();
         let mut decisions: Vec<ExportedDecision> =
-            every_page(|page| async move { self.store.list_decisions(scope, &page).await })
+            every_page(|page| async move { self.store.list_decisions(scope, None, &page).await })
                 .await?
                 .into_iter()
                 .map(|decision| ExportedDecision {
@@ -608,7 +608,12 @@ impl Cairn {
         };
         // An ingest that just answered counts.
         self.store.make_ingests_searchable().await?;
-        let holds_memory = !self.store.list_episodes(scope, &one).await?.items.is_empty()
+        let holds_memory = !self
+            .store
+            .list_episodes(scope, None, &one)
+            .await?
+            .items
+            .is_empty()
             || !self
                 .store
                 .list_facts(scope, StatusFilter::All, now(), &one)

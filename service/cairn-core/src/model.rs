@@ -298,6 +298,21 @@ impl DecisionKind {
     pub fn parse(value: &str) -> Option<Self> {
         DecisionKind::ALL.into_iter().find(|kind| kind.as_str() == value)
     }
+
+    /// The gate of the write path that takes decisions of this kind: `validation`
+    /// (malformed or out-of-bounds candidates), `grounding`, `tombstones`, `dedup`,
+    /// `judge` (new, updating or extending), or `request` (an owner's retraction or
+    /// erasure).
+    pub fn gate(self) -> &'static str {
+        match self {
+            DecisionKind::Refused => "validation",
+            DecisionKind::DroppedUngrounded => "grounding",
+            DecisionKind::BlockedByTombstone | DecisionKind::TombstoneLifted => "tombstones",
+            DecisionKind::Duplicate => "dedup",
+            DecisionKind::New | DecisionKind::Updates | DecisionKind::Extends => "judge",
+            DecisionKind::Retracted | DecisionKind::Forgotten => "request",
+        }
+    }
 }
 
 /// One record per write decision, with the reason it was taken.

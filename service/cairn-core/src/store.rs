@@ -8,8 +8,8 @@
 
 use crate::error::Result;
 use crate::model::{
-    AuditEvent, ConsolidationJob, Decision, Episode, Fact, FactStatus, FactType, LoggedEpisode, Playbook,
-    Tombstone,
+    AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, Fact, FactStatus, FactType, LoggedEpisode,
+    Playbook, Tombstone,
 };
 use crate::scope::Scope;
 use async_trait::async_trait;
@@ -303,6 +303,9 @@ pub trait MemoryStore: Send + Sync + 'static {
 
     async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>>;
 
+    /// The facts this one superseded (their `superseded_by` names it), oldest first.
+    async fn list_superseded_by(&self, scope: &Scope, fact_id: &str) -> Result<Vec<Fact>>;
+
     /// Facts newest first, filtered by their status at `as_of`.
     async fn list_facts(
         &self,
@@ -321,7 +324,13 @@ pub trait MemoryStore: Send + Sync + 'static {
     async fn get_episode(&self, scope: &Scope, episode_id: &str) -> Result<Option<Episode>>;
 
     /// Episodes newest first.
-    async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>>;
+    /// Episodes newest first, of one session when `session` says so.
+    async fn list_episodes(
+        &self,
+        scope: &Scope,
+        session: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<Page<Episode>>;
 
     async fn get_playbook(&self, scope: &Scope, playbook_id: &str) -> Result<Option<Playbook>>;
 
@@ -405,8 +414,13 @@ pub trait MemoryStore: Send + Sync + 'static {
         page: &PageRequest,
     ) -> Result<Page<UserSummary>>;
 
-    /// Decisions newest first.
-    async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>>;
+    /// Decisions newest first, of one kind when `kind` says so.
+    async fn list_decisions(
+        &self,
+        scope: &Scope,
+        kind: Option<DecisionKind>,
+        page: &PageRequest,
+    ) -> Result<Page<Decision>>;
 
     /// Audit events newest first.
     async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>>;

@@ -71,8 +71,8 @@ pub const ROUTES: &[Route] = &[
         permission: Some(Permission::Read),
         success: &[(200, schema::<wire::PageOf<wire::EpisodeResponse>>)],
         request: None,
-        query: Some(schema::<wire::PageQuery>),
-        summary: "List episodes, newest first",
+        query: Some(schema::<wire::EpisodesQuery>),
+        summary: "List episodes, newest first, optionally of one session",
         operation_id: "listEpisodes",
         tag: "episodes",
     },
@@ -127,6 +127,28 @@ pub const ROUTES: &[Route] = &[
         query: None,
         summary: "One fact, any status",
         operation_id: "getFact",
+        tag: "facts",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/facts/{id}/history",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::ListOf<wire::FactResponse>>)],
+        request: None,
+        query: None,
+        summary: "A fact's supersession history, oldest first: what it replaced, itself, what replaced it",
+        operation_id: "getFactHistory",
+        tag: "facts",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/tombstones",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::ListOf<wire::TombstoneResponse>>)],
+        request: None,
+        query: None,
+        summary: "Values retracted or forgotten and refused from then on, newest first",
+        operation_id: "listTombstones",
         tag: "facts",
     },
     Route {
@@ -282,8 +304,8 @@ pub const ROUTES: &[Route] = &[
         permission: Some(Permission::Read),
         success: &[(200, schema::<wire::PageOf<wire::DecisionResponse>>)],
         request: None,
-        query: Some(schema::<wire::PageQuery>),
-        summary: "The decision log",
+        query: Some(schema::<wire::DecisionsQuery>),
+        summary: "The decision log, newest first, optionally of one kind",
         operation_id: "listDecisions",
         tag: "consolidation",
     },
@@ -472,6 +494,8 @@ pub fn register(config: &mut web::ServiceConfig) {
                 .route("/facts", web::post().to(write_fact))
                 .route("/facts", web::get().to(list_facts))
                 .route("/facts/{id}", web::get().to(get_fact))
+                .route("/facts/{id}/history", web::get().to(fact_history))
+                .route("/tombstones", web::get().to(tombstones))
                 .route("/facts/{id}", web::delete().to(forget_fact))
                 .route("/facts/{id}/retract", web::post().to(retract_fact))
                 .route("/playbooks", web::post().to(create_playbook))
@@ -645,14 +669,18 @@ async fn consolidate(caller: Authenticated, user: UserPath, payload: web::Payloa
 async fn list_episodes(
     caller: Authenticated,
     user: UserPath,
-    query: web::Query<wire::PageQuery>,
+    query: web::Query<wire::EpisodesQuery>,
     state: State,
 ) -> Reply {
     let scope = caller.scope(&user, Permission::Read)?;
     let query = query.into_inner();
     let page = state
         .cairn
-        .list_episodes(&scope, &page_request(query.limit, query.cursor)?)
+        .list_episodes(
+            &scope,
+            query.session_id.as_deref(),
+            &page_request(query.limit, query.cursor)?,
+        )
         .await?;
     Ok(HttpResponse::Ok().json(wire::page(&page, wire::episode)))
 }
@@ -706,6 +734,24 @@ async fn get_fact(caller: Authenticated, path: ItemPath, state: State) -> Reply 
     let scope = caller.scope(&user, Permission::Read)?;
     let fact = state.cairn.get_fact(&scope, &id).await?;
     Ok(HttpResponse::Ok().json(wire::fact(&fact, chrono::Utc::now())))
+}
+
+async fn fact_history(caller: Authenticated, path: ItemPath, state: State) -> Reply {
+    let (user, id) = path.into_inner();
+    let scope = caller.scope(&user, Permission::Read)?;
+    let now = chrono::Utc::now();
+    let history = state.cairn.fact_history(&scope, &id).await?;
+    Ok(HttpResponse::Ok().json(wire::ListOf {
+        items: history.iter().map(|fact| wire::fact(fact, now)).collect(),
+    }))
+}
+
+async fn tombstones(caller: Authenticated, user: UserPath, state: State) -> Reply {
+    let scope = caller.scope(&user, Permission::Read)?;
+    let tombstones = state.cairn.tombstones(&scope).await?;
+    Ok(HttpResponse::Ok().json(wire::ListOf {
+        items: tombstones.iter().map(wire::tombstone).collect(),
+    }))
 }
 
 async fn retract_fact(caller: Authenticated, path: ItemPath, payload: web::Payload, state: State) -> Reply {
@@ -842,14 +888,14 @@ async fn profile(
 async fn decisions(
     caller: Authenticated,
     user: UserPath,
-    query: web::Query<wire::PageQuery>,
+    query: web::Query<wire::DecisionsQuery>,
     state: State,
 ) -> Reply {
     let scope = caller.scope(&user, Permission::Read)?;
     let query = query.into_inner();
     let page = state
         .cairn
-        .decisions(&scope, &page_request(query.limit, query.cursor)?)
+        .decisions(&scope, query.kind, &page_request(query.limit, query.cursor)?)
         .await?;
     Ok(HttpResponse::Ok().json(wire::page(&page, wire::decision)))
 }

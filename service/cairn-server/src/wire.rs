@@ -9,7 +9,7 @@ use cairn_app::{
 };
 use cairn_core::{
     AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, ErasureReceipt, Error, Fact, FactStatus,
-    FactType, Memory, Page, PageRequest, Playbook, StatusFilter, Tier,
+    FactType, Memory, Page, PageRequest, Playbook, StatusFilter, Tier, Tombstone, TombstoneReason,
 };
 use chrono::{DateTime, FixedOffset, Utc};
 use schemars::JsonSchema;
@@ -390,6 +390,9 @@ pub fn fact(fact: &Fact, as_of: DateTime<Utc>) -> FactResponse {
 pub struct DecisionResponse {
     pub id: String,
     pub kind: DecisionKind,
+    /// The gate that decided.
+    #[schemars(extend("enum" = ["validation", "grounding", "tombstones", "dedup", "judge", "request"]))]
+    pub gate: &'static str,
     pub reason: String,
     pub fact_id: Option<String>,
     pub target_ids: Vec<String>,
@@ -402,6 +405,7 @@ pub fn decision(decision: &Decision) -> DecisionResponse {
     DecisionResponse {
         id: decision.id.clone(),
         kind: decision.kind,
+        gate: decision.kind.gate(),
         reason: decision.reason.clone(),
         fact_id: decision.fact_id.clone(),
         target_ids: decision.target_ids.clone(),
@@ -614,6 +618,60 @@ pub fn erasure(receipt: &ErasureReceipt) -> ErasureResponse {
             decisions: receipt.decisions,
             jobs: receipt.jobs,
         },
+    }
+}
+
+/// `GET /v1/users/{user}/decisions`: a page, of one kind when given.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionsQuery {
+    /// Page size (default 50).
+    #[schemars(range(min = 1, max = 200))]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Only decisions of this kind.
+    pub kind: Option<DecisionKind>,
+}
+
+/// `GET /v1/users/{user}/episodes`: a page, of one session when given.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EpisodesQuery {
+    /// Page size (default 50).
+    #[schemars(range(min = 1, max = 200))]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Only episodes of this session.
+    #[schemars(length(min = 1, max = 128))]
+    pub session_id: Option<String>,
+}
+
+/// A list returned whole (short by nature, so not paginated).
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "{T}List")]
+pub struct ListOf<T> {
+    pub items: Vec<T>,
+}
+
+/// A value retracted or forgotten, refused from then on. The value itself is not
+/// shown (the tombstone keeps only its fingerprint, and a forgotten fact is erased).
+#[derive(Serialize, JsonSchema)]
+pub struct TombstoneResponse {
+    pub id: String,
+    /// The fact whose value it refuses (gone when the fact was forgotten).
+    pub fact_id: String,
+    pub reason: TombstoneReason,
+    pub created_at: Timestamp,
+}
+
+pub fn tombstone(tombstone: &Tombstone) -> TombstoneResponse {
+    TombstoneResponse {
+        id: tombstone.id.clone(),
+        fact_id: tombstone.fact_id.clone(),
+        reason: tombstone.reason,
+        created_at: time(tombstone.created_at),
     }
 }
 

@@ -617,6 +617,71 @@ async fn supersession_chain_keeps_history_and_one_concurrent_winner() {
     .await;
     assert_eq!(superseded["items"].as_array().map(Vec::len), Some(2));
 
+    // Each fact's history is the whole chain, oldest first, from any point in it; and
+    // another tenant asking for it finds nothing.
+    for id in [&a_id, &b_id, &c_id] {
+        let (status, history, _) = call(
+            service,
+            Method::GET,
+            &format!("/v1/users/u1/facts/{id}/history"),
+            Some(&owner),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{history}");
+        let chain: Vec<(&str, &str)> = history["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|f| (f["id"].as_str().unwrap_or(""), f["status"].as_str().unwrap_or("")))
+            .collect();
+        assert_eq!(
+            chain,
+            [
+                (a_id.as_str(), "superseded"),
+                (b_id.as_str(), "superseded"),
+                (c_id.as_str(), "active")
+            ],
+            "from {id}"
+        );
+    }
+    let (status, _, _) = call(
+        service,
+        Method::GET,
+        &format!("/v1/users/u1/facts/{b_id}/history"),
+        Some(&token("globex", ALL)),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, updates, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/decisions?kind=UPDATES",
+        Some(&owner),
+        None,
+    )
+    .await;
+    let kinds: Vec<(&str, &str)> = updates["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|d| (d["kind"].as_str().unwrap_or(""), d["gate"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(kinds, [("UPDATES", "judge"), ("UPDATES", "judge")], "{updates}");
+    let (status, body, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/decisions?kind=MAYBE",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request")
+    );
+
     // Two concurrent supersessions of C: exactly one wins.
     let first = write(
         service,
@@ -691,6 +756,35 @@ async fn retraction_tombstones_and_forgetting_erases() {
         1,
         "the refused write stored nothing"
     );
+    let (status, tombstones, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/tombstones",
+        Some(&token("acme", "memory:read")),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{tombstones}");
+    assert_eq!(
+        tombstones["items"].as_array().map(Vec::len),
+        Some(1),
+        "{tombstones}"
+    );
+    assert_eq!(tombstones["items"][0]["fact_id"], id.as_str());
+    assert_eq!(tombstones["items"][0]["reason"], "retracted");
+    assert!(
+        !tombstones.to_string().contains("vegetarian") && tombstones["items"][0].get("fingerprint").is_none(),
+        "a tombstone shows neither the value nor a fingerprint that could confirm a guess: {tombstones}"
+    );
+    let (_, elsewhere, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/tombstones",
+        Some(&token("globex", ALL)),
+        None,
+    )
+    .await;
+    assert_eq!(elsewhere["items"], json!([]));
     assert!(
         !body["error"]["message"]
             .as_str()

@@ -31,7 +31,7 @@ const userPath = (user) => `/v1/users/${encodeURIComponent(user)}`;
 const link = (hash, text) => h("a", { href: hash }, text);
 
 function show(...children) {
-  main.replaceChildren(...children);
+  main.replaceChildren(...children.filter((child) => child !== null && child !== undefined));
   main.focus();
 }
 
@@ -87,7 +87,7 @@ function pagedTable(headers, path, query, row) {
   async function load() {
     more.disabled = true;
     try {
-      const params = new URLSearchParams({ ...query, limit: String(PAGE) });
+      const params = new URLSearchParams(Object.entries({ ...query, limit: String(PAGE) }).filter(([, value]) => value));
       if (cursor) params.set("cursor", cursor);
       const page = await api("GET", `${path}?${params}`);
       body.append(...page.items.map(row));
@@ -183,8 +183,8 @@ function home() {
 }
 
 const TABS = [
-  ["facts", "Facts"], ["episodes", "Episodes"], ["playbooks", "Playbooks"], ["decisions", "Decisions"],
-  ["recall", "Recall"], ["jobs", "Consolidation"], ["audit", "Audit"],
+  ["facts", "Facts"], ["tombstones", "Tombstones"], ["episodes", "Episodes"], ["playbooks", "Playbooks"],
+  ["decisions", "Decisions"], ["recall", "Recall"], ["jobs", "Consolidation"], ["audit", "Audit"],
 ];
 
 function userView(user, tab, rest) {
@@ -194,7 +194,7 @@ function userView(user, tab, rest) {
   const erase = can("admin") && tab === "facts"
     ? h("button", { type: "button", class: "danger", id: "erase-user", onclick: () => eraseUser(user) }, "Erase user")
     : null;
-  const views = { facts, episodes, playbooks, decisions, recall, jobs, audit, fact: factView };
+  const views = { facts, tombstones, episodes, playbooks, decisions, recall, jobs, audit, fact: factView };
   const content = (views[tab] ?? facts)(user, rest);
   show(h("h1", {}, "User ", h("span", { id: "user-name" }, user)), tabs, content, erase ? h("h2", {}, "Danger zone") : null, erase);
 }
@@ -217,14 +217,12 @@ function factView(user, id) {
   const box = h("div", { class: "card", id: "fact-detail" }, h("p", { class: "muted" }, "Loading…"));
   (async () => {
     try {
-      const fact = await api("GET", `${userPath(user)}/facts/${encodeURIComponent(id)}`);
-      const chain = [fact];
-      for (let next = fact.superseded_by; next && chain.length < 50; ) {
-        const later = await api("GET", `${userPath(user)}/facts/${encodeURIComponent(next)}`);
-        chain.push(later);
-        next = later.superseded_by;
-      }
+      const [fact, history] = await Promise.all([
+        api("GET", `${userPath(user)}/facts/${encodeURIComponent(id)}`),
+        api("GET", `${userPath(user)}/facts/${encodeURIComponent(id)}/history`),
+      ]);
       const factLink = (f) => link(`#/users/${encodeURIComponent(user)}/fact/${encodeURIComponent(f.id)}`, f.text);
+      const replaces = (f) => history.items.filter((earlier) => earlier.superseded_by === f.id);
       const actions = [];
       if (can("write") && (fact.status === "active" || fact.status === "superseded")) {
         actions.push(h("button", { type: "button", class: "danger", id: "retract", onclick: () => retract(user, fact) }, "Retract"));
@@ -241,13 +239,20 @@ function factView(user, id) {
           h("dt", {}, "confidence"), h("dd", {}, fact.confidence),
           h("dt", {}, "created"), h("dd", {}, when(fact.created_at)),
           fact.retracted_at ? [h("dt", {}, "retracted"), h("dd", {}, `${when(fact.retracted_at)} ${fact.retraction_reason ?? ""}`)] : null,
-          h("dt", {}, "evidence"), h("dd", {}, fact.source_episode_ids.map((e) => h("div", {}, link(`#/users/${encodeURIComponent(user)}/episodes`, e)))),
+          h("dt", {}, "evidence"), h("dd", {}, fact.source_episode_ids.length
+            ? fact.source_episode_ids.map((e) => h("div", {}, link(`#/users/${encodeURIComponent(user)}/episodes`, e)))
+            : h("span", { class: "muted" }, "none: an explicit write")),
           fact.source_span ? [h("dt", {}, "stated as"), h("dd", {}, fact.source_span)] : null),
         h("h2", {}, "History"),
-        h("ol", { class: "chain", id: "chain" }, chain.map((f, index) =>
-          h("li", { class: index === 0 ? "current" : "" },
+        h("p", { class: "muted" }, "Oldest first: each value, when Cairn learned it and from which episode, and what replaced it."),
+        h("ol", { class: "chain", id: "chain" }, history.items.map((f) =>
+          h("li", { class: f.id === fact.id ? "current" : "", "data-fact": f.id },
             status(f.status), " ", factLink(f),
-            f.superseded_at ? h("span", { class: "muted" }, ` — superseded ${when(f.superseded_at)}`) : null))),
+            h("div", { class: "muted" },
+              `learned ${when(f.created_at)} `,
+              f.source_episode_ids.length ? ["from ", f.source_episode_ids.map((e) => h("code", {}, e))] : "by an explicit write",
+              replaces(f).length ? ` — replaces ${replaces(f).map((r) => r.id).join(", ")}` : "",
+              f.superseded_at ? ` — superseded ${when(f.superseded_at)}${f.superseded_by ? ` by ${f.superseded_by}` : ""}` : "")))),
         h("div", { class: "row" }, actions));
     } catch (error) {
       box.replaceChildren(failure(error));
@@ -293,19 +298,14 @@ function episodes(user) {
   // Newest first, a page at a time; a session shows its episodes alone.
   const session = h("input", { id: "session-filter", type: "text", placeholder: "every session", "aria-label": "Session" });
   const holder = h("div");
-  const apply = () => {
-    for (const row of holder.querySelectorAll("tr[data-session]")) {
-      row.classList.toggle("hidden", Boolean(session.value) && row.dataset.session !== session.value);
-    }
-  };
-  holder.append(pagedTable(["said", "session", "when"], `${userPath(user)}/episodes`, {}, (e) => {
-    const pick = h("button", { type: "button", onclick: () => { session.value = e.session_id ?? ""; apply(); } }, e.session_id ?? "—");
-    const row = h("tr", { "data-session": e.session_id ?? "" },
-      h("td", { class: "text" }, e.text), h("td", {}, e.session_id ? pick : "—"), h("td", {}, when(e.occurred_at)));
-    if (session.value && (e.session_id ?? "") !== session.value) row.classList.add("hidden");
-    return row;
-  }));
-  session.addEventListener("input", apply);
+  const load = () =>
+    holder.replaceChildren(pagedTable(["said", "session", "when"], `${userPath(user)}/episodes`, { session_id: session.value.trim() }, (e) => {
+      const pick = h("button", { type: "button", onclick: () => { session.value = e.session_id ?? ""; load(); } }, e.session_id ?? "—");
+      return h("tr", { "data-session": e.session_id ?? "" },
+        h("td", { class: "text" }, e.text), h("td", {}, e.session_id ? pick : "—"), h("td", {}, when(e.occurred_at)));
+    }));
+  session.addEventListener("change", load);
+  load();
   return h("div", {}, h("div", { class: "row" }, h("label", {}, "Session", session)), holder);
 }
 
@@ -332,21 +332,67 @@ function decisions(user) {
   const kinds = ["", "NEW", "UPDATES", "EXTENDS", "DUPLICATE", "DROPPED_UNGROUNDED", "BLOCKED_BY_TOMBSTONE", "TOMBSTONE_LIFTED", "RETRACTED", "FORGOTTEN", "REFUSED"];
   const select = h("select", { id: "kind-filter", "aria-label": "Kind" }, kinds.map((k) => h("option", { value: k }, k || "every kind")));
   const holder = h("div");
-  const apply = () => {
-    for (const row of holder.querySelectorAll("tr[data-kind]")) {
-      row.classList.toggle("hidden", Boolean(select.value) && row.dataset.kind !== select.value);
-    }
-  };
-  holder.append(pagedTable(["kind", "reason", "fact", "cites", "origin", "when"], `${userPath(user)}/decisions`, {}, (d) => {
-    const row = h("tr", { "data-kind": d.kind },
-      h("td", {}, d.kind), h("td", { class: "text" }, d.reason),
-      h("td", {}, d.fact_id ? link(`#/users/${encodeURIComponent(user)}/fact/${encodeURIComponent(d.fact_id)}`, d.fact_id) : "—"),
-      h("td", {}, d.target_ids.join(", ")), h("td", {}, d.origin), h("td", {}, when(d.created_at)));
-    if (select.value && d.kind !== select.value) row.classList.add("hidden");
-    return row;
-  }));
-  select.addEventListener("change", apply);
+  const factHref = (id) => `#/users/${encodeURIComponent(user)}/fact/${encodeURIComponent(id)}`;
+  const load = () =>
+    holder.replaceChildren(pagedTable(["kind", "gate", "reason", "fact", "cites", "origin", "when", ""], `${userPath(user)}/decisions`, { kind: select.value }, (d) => {
+      const cited = [d.fact_id, ...d.target_ids].filter(Boolean);
+      const evidence = h("td", { class: "text evidence" });
+      const show = h("button", { type: "button", class: "evidence-toggle" }, "Evidence");
+      show.addEventListener("click", async () => {
+        show.disabled = true;
+        evidence.replaceChildren(...await Promise.all(cited.map((id) => evidenceOf(user, id))));
+      });
+      return h("tr", { "data-kind": d.kind },
+        h("td", {}, d.kind), h("td", {}, d.gate), h("td", { class: "text" }, d.reason, evidence),
+        h("td", {}, d.fact_id ? link(factHref(d.fact_id), d.fact_id) : "—"),
+        h("td", {}, d.target_ids.map((id) => h("div", {}, id.startsWith("fact_") ? link(factHref(id), id) : h("code", {}, id)))),
+        h("td", {}, d.origin), h("td", {}, when(d.created_at)), h("td", {}, cited.length ? show : null));
+    }));
+  select.addEventListener("change", load);
+  load();
   return h("div", {}, h("div", { class: "row" }, h("label", {}, "Kind", select)), holder);
+}
+
+/** What a decision cites, read through the API: a fact's text and the words it was
+ * stated in, or an episode's text. Erased records say so. */
+async function evidenceOf(user, id) {
+  try {
+    if (id.startsWith("epi_")) {
+      const episode = await api("GET", `${userPath(user)}/episodes/${encodeURIComponent(id)}`);
+      return h("blockquote", { "data-cited": id }, h("span", { class: "muted" }, `episode ${when(episode.occurred_at)}: `), episode.text);
+    }
+    if (id.startsWith("fact_")) {
+      const fact = await api("GET", `${userPath(user)}/facts/${encodeURIComponent(id)}`);
+      return h("blockquote", { "data-cited": id }, h("span", { class: "muted" }, `fact (${fact.status}): `), fact.text,
+        fact.source_span ? h("div", { class: "muted" }, "stated as: ", fact.source_span) : null);
+    }
+    return h("blockquote", { "data-cited": id }, id);
+  } catch (error) {
+    return h("blockquote", { "data-cited": id, class: "muted" }, error.status === 404 ? `${id}: erased` : String(error.message));
+  }
+}
+
+function tombstones(user) {
+  const box = h("div", { id: "tombstones" }, h("p", { class: "muted" }, "Loading…"));
+  (async () => {
+    try {
+      const list = await api("GET", `${userPath(user)}/tombstones`);
+      box.replaceChildren(
+        h("p", { class: "muted" }, "Values retracted (never true) or forgotten (erased): consolidation refuses them from then on. A forgotten value is not kept, so it cannot be shown."),
+        list.items.length
+          ? table(["reason", "fact", "since"], list.items.map((t) =>
+            h("tr", { "data-tombstone": t.id },
+              h("td", {}, status(t.reason)),
+              h("td", { class: "text" }, t.reason === "retracted"
+                ? link(`#/users/${encodeURIComponent(user)}/fact/${encodeURIComponent(t.fact_id)}`, t.fact_id)
+                : h("span", { class: "muted" }, `${t.fact_id} (erased)`)),
+              h("td", {}, when(t.created_at)))))
+          : h("p", {}, "No tombstones."));
+    } catch (error) {
+      box.replaceChildren(failure(error));
+    }
+  })();
+  return box;
 }
 
 function recall(user) {
@@ -445,5 +491,25 @@ async function start() {
   route();
 }
 
+/** Keyboard: 1–8 open a user's sections, "/" goes to the first field of the view,
+ * "u" back to the users. Typing in a field is never taken for a shortcut. */
+function shortcut(event) {
+  if (event.ctrlKey || event.metaKey || event.altKey || !token()) return;
+  if (event.target.closest?.("input, textarea, select, dialog")) return;
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const tabs = TABS.filter(([key]) => key !== "audit" || can("admin"));
+  if (/^[1-9]$/.test(event.key) && parts[0] === "users" && parts[1] && tabs[Number(event.key) - 1]) {
+    location.hash = `#/users/${encodeURIComponent(parts[1])}/${tabs[Number(event.key) - 1][0]}`;
+  } else if (event.key === "/") {
+    main.querySelector("input, select")?.focus();
+  } else if (event.key === "u") {
+    location.hash = "#/";
+  } else {
+    return;
+  }
+  event.preventDefault();
+}
+
+window.addEventListener("keydown", shortcut);
 window.addEventListener("hashchange", start);
 start();

@@ -23,9 +23,9 @@ pub use client::{Access, Credentials, Engine};
 
 use cairn_core::bm25::{self, ScopeStatistics};
 use cairn_core::{
-    AuditEvent, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact, FactStatus,
-    LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter, TenantId,
-    TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, UserSummary, VectorQuery,
+    AuditEvent, ChangeSet, ConsolidationJob, Decision, DecisionKind, Episode, ErasureReceipt, Error, Fact,
+    FactStatus, LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
+    TenantId, TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, UserSummary, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, Method, failure};
@@ -925,6 +925,26 @@ impl MemoryStore for ClusterStore {
         Ok(page)
     }
 
+    async fn list_superseded_by(&self, scope: &Scope, fact_id: &str) -> Result<Vec<Fact>> {
+        self.ready()?;
+        let body = query::listing(
+            scope,
+            vec![json!({ "term": { "superseded_by": fact_id } })],
+            "created_at",
+            PAGE,
+            None,
+        );
+        let mut facts = self
+            .scoped_all(scope, "facts", body)
+            .await?
+            .iter()
+            .map(|hit| records::read_fact(&hit.source))
+            .collect::<Result<Vec<_>>>()?;
+        self.apply_counts(scope, &mut facts, true).await?;
+        facts.sort_by_key(|fact| fact.created_at);
+        Ok(facts)
+    }
+
     async fn find_active_facts_by_fingerprint(&self, scope: &Scope, value: &str) -> Result<Vec<Fact>> {
         self.ready()?;
         let body = query::listing(
@@ -974,9 +994,18 @@ impl MemoryStore for ClusterStore {
             .transpose()
     }
 
-    async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>> {
+    async fn list_episodes(
+        &self,
+        scope: &Scope,
+        session: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<Page<Episode>> {
         self.ready()?;
-        self.page(scope, "episodes", Vec::new(), "position", page, |source| {
+        let filters = session
+            .map(|session| json!({ "term": { "session_id": session } }))
+            .into_iter()
+            .collect();
+        self.page(scope, "episodes", filters, "position", page, |source| {
             records::read_episode(source).map(|(_, episode)| episode)
         })
         .await
@@ -1202,12 +1231,19 @@ impl MemoryStore for ClusterStore {
         })
     }
 
-    async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
+    async fn list_decisions(
+        &self,
+        scope: &Scope,
+        kind: Option<DecisionKind>,
+        page: &PageRequest,
+    ) -> Result<Page<Decision>> {
         self.ready()?;
         self.page(
             scope,
             "decisions",
-            Vec::new(),
+            kind.map(|kind| json!({ "term": { "kind": kind.as_str() } }))
+                .into_iter()
+                .collect(),
             "created_at",
             page,
             records::read_decision,

@@ -14,8 +14,8 @@ mod search;
 mod vectors;
 
 use cairn_core::{
-    AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, ErasureReceipt, Error, Fact,
-    FactStatus, LoggedEpisode, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
+    AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Episode, ErasureReceipt, Error,
+    Fact, FactStatus, LoggedEpisode, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
     TenantId, TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, UserSummary, VectorQuery,
 };
 use chrono::{DateTime, Utc};
@@ -421,6 +421,30 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn list_superseded_by(&self, scope: &Scope, fact_id: &str) -> Result<Vec<Fact>> {
+        let scope = scope.clone();
+        let fact_id = fact_id.to_owned();
+        self.read(move |connection| {
+            let mut statement = connection
+                .prepare_cached(&format!(
+                    "SELECT {} FROM facts f WHERE f.tenant = ?1 AND f.user_id = ?2 \
+                     AND f.superseded_by = ?3 ORDER BY f.seq",
+                    rows::FACT_COLUMNS
+                ))
+                .map_err(storage)?;
+            let facts = statement
+                .query_map(
+                    params![scope.tenant().as_str(), scope.user().as_str(), fact_id],
+                    rows::fact,
+                )
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)?;
+            Ok(facts)
+        })
+        .await
+    }
+
     async fn find_active_facts_by_fingerprint(&self, scope: &Scope, fingerprint: &str) -> Result<Vec<Fact>> {
         let scope = scope.clone();
         let fingerprint = fingerprint.to_owned();
@@ -484,17 +508,23 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
-    async fn list_episodes(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Episode>> {
+    async fn list_episodes(
+        &self,
+        scope: &Scope,
+        session: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<Page<Episode>> {
         let scope = scope.clone();
         let page = page.clone();
+        let session = session.map(str::to_owned);
         let key = self.inner.cursor_key;
         self.read(move |connection| {
             let sql = format!(
                 "SELECT {} FROM episodes e WHERE e.tenant = ?1 AND e.user_id = ?2 AND e.seq < ?3 \
-                 ORDER BY e.seq DESC LIMIT ?4",
+                 AND (?5 IS NULL OR e.session_id = ?5) ORDER BY e.seq DESC LIMIT ?4",
                 rows::EPISODE_COLUMNS
             );
-            page_query(connection, &key, &sql, &scope, &page, &[], rows::episode)
+            page_query(connection, &key, &sql, &scope, &page, &[&session], rows::episode)
         })
         .await
     }
@@ -707,17 +737,23 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
-    async fn list_decisions(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Decision>> {
+    async fn list_decisions(
+        &self,
+        scope: &Scope,
+        kind: Option<DecisionKind>,
+        page: &PageRequest,
+    ) -> Result<Page<Decision>> {
         let scope = scope.clone();
         let page = page.clone();
         let key = self.inner.cursor_key;
         self.read(move |connection| {
             let sql = format!(
                 "SELECT {} FROM decisions WHERE tenant = ?1 AND user_id = ?2 AND seq < ?3 \
-                 ORDER BY seq DESC LIMIT ?4",
+                 AND (?5 IS NULL OR kind = ?5) ORDER BY seq DESC LIMIT ?4",
                 rows::DECISION_COLUMNS
             );
-            page_query(connection, &key, &sql, &scope, &page, &[], rows::decision)
+            let kind = kind.map(DecisionKind::as_str);
+            page_query(connection, &key, &sql, &scope, &page, &[&kind], rows::decision)
         })
         .await
     }

@@ -48,6 +48,7 @@ macro_rules! conformance_suite {
             users_are_listed_per_tenant,
             search_hits_carry_vectors_when_asked,
             legs_searched_together_answer_as_alone,
+            decisions_filter_by_kind_and_page,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -357,6 +358,29 @@ pub async fn supersession_is_owner_checked_and_atomic(store: Arc<dyn MemoryStore
         .expect("present");
     assert_eq!(old.status, FactStatus::Superseded);
     assert_eq!(old.superseded_by.as_deref(), Some(second.id.as_str()));
+    let replaced = store
+        .list_superseded_by(&alice, &second.id)
+        .await
+        .expect("predecessors");
+    assert_eq!(
+        replaced.iter().map(|fact| fact.id.as_str()).collect::<Vec<_>>(),
+        [first.id.as_str()]
+    );
+    assert!(
+        store
+            .list_superseded_by(&intruder, &second.id)
+            .await
+            .expect("predecessors")
+            .is_empty(),
+        "another scope sees no history"
+    );
+    assert!(
+        store
+            .list_superseded_by(&alice, &first.id)
+            .await
+            .expect("predecessors")
+            .is_empty()
+    );
 
     let third = fact("The user lives in Nice", now + Duration::seconds(2));
     let stale = store.commit(&alice, supersede(&alice, &first, &third)).await;
@@ -1017,6 +1041,28 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
             .collect::<Vec<_>>(),
         vec![second.id.clone()]
     );
+    let page = PageRequest {
+        limit: 10,
+        cursor: None,
+    };
+    let listed = |session: Option<&'static str>, who: Scope| {
+        let store = Arc::clone(&store);
+        let page = page.clone();
+        async move {
+            store
+                .list_episodes(&who, session, &page)
+                .await
+                .expect("list")
+                .items
+                .into_iter()
+                .map(|episode| episode.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(Some("s1"), alice.clone()).await, vec![first.id.clone()]);
+    assert_eq!(listed(None, alice.clone()).await.len(), 2);
+    assert!(listed(Some("nope"), alice.clone()).await.is_empty());
+    assert!(listed(Some("s1"), scope("acme", "bob")).await.is_empty());
     let stored = store
         .get_episode(&alice, &first.id)
         .await
@@ -1533,7 +1579,10 @@ pub async fn derived_writes_need_their_episodes(store: Arc<dyn MemoryStore>) {
             .list_facts(&scope, StatusFilter::All, Utc::now(), &page)
             .await
             .expect("facts");
-        let decisions = store.list_decisions(&scope, &page).await.expect("decisions");
+        let decisions = store
+            .list_decisions(&scope, None, &page)
+            .await
+            .expect("decisions");
         (facts.items.len(), decisions.items.len())
     };
 
@@ -1691,7 +1740,7 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
         );
         assert!(
             store
-                .list_episodes(&outsider, &page)
+                .list_episodes(&outsider, None, &page)
                 .await
                 .expect("episodes")
                 .items
@@ -1763,7 +1812,7 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
         }
         assert!(
             store
-                .list_decisions(&outsider, &page)
+                .list_decisions(&outsider, None, &page)
                 .await
                 .expect("decisions")
                 .items
@@ -1868,7 +1917,7 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
     );
     assert_eq!(
         store
-            .list_episodes(&owner, &page)
+            .list_episodes(&owner, None, &page)
             .await
             .expect("episodes")
             .items
@@ -2544,6 +2593,88 @@ pub async fn legs_searched_together_answer_as_alone(store: Arc<dyn MemoryStore>)
         .expect("vector legs only");
     assert!(none.is_empty());
     assert_eq!(vector_only.len(), vectors.len());
+}
+
+pub async fn decisions_filter_by_kind_and_page(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let now = Utc::now();
+    let kinds = [
+        cairn_core::DecisionKind::New,
+        cairn_core::DecisionKind::Duplicate,
+        cairn_core::DecisionKind::New,
+        cairn_core::DecisionKind::Updates,
+        cairn_core::DecisionKind::New,
+    ];
+    for (index, kind) in kinds.into_iter().enumerate() {
+        let decision = cairn_core::Decision {
+            id: new_id("dec"),
+            kind,
+            reason: format!("decision {index}"),
+            fact_id: None,
+            target_ids: Vec::new(),
+            origin: "run_conformance".into(),
+            created_at: now + Duration::milliseconds(index as i64),
+        };
+        store
+            .commit(
+                &alice,
+                ChangeSet::new(audit(&alice, "consolidation.run")).with_decision(decision),
+            )
+            .await
+            .expect("decision");
+    }
+    let first = PageRequest {
+        limit: 2,
+        cursor: None,
+    };
+    let news = store
+        .list_decisions(&alice, Some(cairn_core::DecisionKind::New), &first)
+        .await
+        .expect("decisions");
+    assert_eq!(
+        news.items.iter().map(|d| d.reason.as_str()).collect::<Vec<_>>(),
+        ["decision 4", "decision 2"],
+        "newest first, of the kind asked"
+    );
+    let rest = store
+        .list_decisions(
+            &alice,
+            Some(cairn_core::DecisionKind::New),
+            &PageRequest {
+                limit: 2,
+                cursor: news.next_cursor.clone(),
+            },
+        )
+        .await
+        .expect("decisions");
+    assert_eq!(
+        rest.items.iter().map(|d| d.reason.as_str()).collect::<Vec<_>>(),
+        ["decision 0"]
+    );
+    assert!(rest.next_cursor.is_none());
+    let all = store
+        .list_decisions(
+            &alice,
+            None,
+            &PageRequest {
+                limit: 10,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("decisions");
+    assert_eq!(all.items.len(), 5);
+    let none = store
+        .list_decisions(&alice, Some(cairn_core::DecisionKind::Retracted), &first)
+        .await
+        .expect("decisions");
+    assert!(none.items.is_empty() && none.next_cursor.is_none());
+    let others = store
+        .list_decisions(&bob, Some(cairn_core::DecisionKind::New), &first)
+        .await
+        .expect("decisions");
+    assert!(others.items.is_empty(), "another scope's decisions never show");
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ from ._models import (
     Profile,
     RecallHit,
     RecallResult,
+    Tombstone,
     UserSummary,
 )
 
@@ -42,5 +43,5 @@ __all__ = [
     "NotFoundError", "PayloadTooLargeError", "PermissionDeniedError", "ProviderError", "RateLimitError",
     "ServerError", "UnavailableError",
     "AuditEvent", "Consolidation", "Decision", "Episode", "ErasureReceipt", "Explanation", "Fact", "FactWrite",
-    "ImportResult", "IngestResult", "Job", "Playbook", "Profile", "RecallHit", "RecallResult", "UserSummary",
+    "ImportResult", "IngestResult", "Job", "Playbook", "Profile", "RecallHit", "RecallResult", "Tombstone", "UserSummary",
 ]

@@ -127,9 +127,9 @@ class _Endpoints:
                        "consolidate": consolidate})
         return self._send("POST", f"{self._user(user)}/episodes", json=body, model=models.IngestResult)
 
-    def episodes(self, user: str, *, page_size: int = 50) -> Iterator[models.Episode]:
-        """Every episode of the user, newest first, fetched a page at a time."""
-        return self._paginate(f"{self._user(user)}/episodes", {}, models.Episode, page_size)
+    def episodes(self, user: str, *, session_id: Optional[str] = None, page_size: int = 50) -> Iterator[models.Episode]:
+        """Every episode of the user (of one session when given), newest first, a page at a time."""
+        return self._paginate(f"{self._user(user)}/episodes", {"session_id": session_id}, models.Episode, page_size)
 
     def get_episode(self, user: str, episode_id: str) -> models.Episode:
         return self._send("GET", f"{self._user(user)}/episodes/{_segment(episode_id)}", model=models.Episode)
@@ -155,6 +155,14 @@ class _Endpoints:
 
     def get_fact(self, user: str, fact_id: str) -> models.Fact:
         return self._send("GET", f"{self._user(user)}/facts/{_segment(fact_id)}", model=models.Fact)
+
+    def fact_history(self, user: str, fact_id: str) -> List[models.Fact]:
+        """The fact's supersession history, oldest first: what it replaced, itself, what replaced it."""
+        return self._send("GET", f"{self._user(user)}/facts/{_segment(fact_id)}/history", model=_FactList)
+
+    def tombstones(self, user: str) -> List[models.Tombstone]:
+        """Values retracted or forgotten and refused from then on, newest first."""
+        return self._send("GET", f"{self._user(user)}/tombstones", model=_TombstoneList)
 
     def retract_fact(self, user: str, fact_id: str, *, reason: Optional[str] = None) -> models.Fact:
         """Retracts a fact that was never true; its value is refused from then on."""
@@ -213,8 +221,9 @@ class _Endpoints:
         body = {"dry_run": dry_run, "from_start": from_start}
         return self._send("POST", f"{self._user(user)}/consolidate", json=body, model=models.Consolidation)
 
-    def decisions(self, user: str, *, page_size: int = 50) -> Iterator[models.Decision]:
-        return self._paginate(f"{self._user(user)}/decisions", {}, models.Decision, page_size)
+    def decisions(self, user: str, *, kind: Optional[str] = None, page_size: int = 50) -> Iterator[models.Decision]:
+        """The decision log, newest first; `kind` (e.g. "UPDATES") keeps one kind."""
+        return self._paginate(f"{self._user(user)}/decisions", {"kind": kind}, models.Decision, page_size)
 
     def jobs(self, user: str) -> List[models.Job]:
         return self._send("GET", f"{self._user(user)}/jobs", model=_JobList)
@@ -277,6 +286,14 @@ class _PlaybookVersions(_Unwrap):
 
 class _JobList(_Unwrap):
     key, inner = "items", models.Job
+
+
+class _FactList(_Unwrap):
+    key, inner = "items", models.Fact
+
+
+class _TombstoneList(_Unwrap):
+    key, inner = "items", models.Tombstone
 
 
 class _JobEnvelope(_Unwrap):

@@ -75,6 +75,7 @@ class Decision:
     reason: str
     origin: str
     created_at: datetime
+    gate: str = ""
     fact_id: Optional[str] = None
     target_ids: List[str] = field(default_factory=list)
 
@@ -211,6 +212,16 @@ class IngestConsolidation:
 class IngestResult:
     episode_ids: List[str]
     consolidation: IngestConsolidation
+
+
+@dataclass
+class Tombstone:
+    """A retracted or forgotten value, refused from then on (the value itself is not kept here)."""
+
+    id: str
+    fact_id: str
+    reason: str
+    created_at: datetime
 
 
 @dataclass

@@ -298,7 +298,7 @@ impl World {
             .iter()
             .any(|event| event.id == self.audit.id);
         let decided = store
-            .list_decisions(scope, &all)
+            .list_decisions(scope, None, &all)
             .await
             .expect("decisions")
             .items

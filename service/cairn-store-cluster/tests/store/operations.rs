@@ -316,7 +316,7 @@ async fn a_replayed_batch_writes_nothing_twice() {
     assert_eq!(facts.items.len(), 1, "one fact, not two");
     assert_eq!(
         store
-            .list_decisions(&scope, &page)
+            .list_decisions(&scope, None, &page)
             .await
             .expect("decisions")
             .items
