@@ -169,10 +169,26 @@ const IRREGULAR_PAST: &[&str] = &[
     "rode",
     "woke",
     "gotten",
+    "rewrote",
+    "tore",
+    "spoke",
+    "froze",
+    "swore",
+    "shook",
+    "threw",
+    "sat",
+    "sank",
+    "drank",
+    "forgave",
+    "fought",
 ];
 
 pub fn is_past_tense(word: &str) -> bool {
-    IRREGULAR_PAST.contains(&word) || (word.len() > 4 && word.ends_with("ed"))
+    IRREGULAR_PAST.contains(&word)
+        || word
+            .strip_prefix("re")
+            .is_some_and(|base| IRREGULAR_PAST.contains(&base))
+        || (word.len() > 4 && word.ends_with("ed"))
 }
 
 /// The verb agreeing with a third-person singular subject: "love" → "loves",
@@ -762,6 +778,235 @@ pub fn announces_change(text: &str) -> bool {
     .any(|phrase| contains_phrase(&lower, phrase))
 }
 
+/// The value a change statement says no longer holds, as content tokens, taken from
+/// the statement itself: "switching from Slack to Teams", "Svelte instead of React",
+/// "replaced Evernote with Obsidian", "ditched Chrome for Firefox", "not using Todoist
+/// anymore", "no longer vegetarian", "left the Riverside Rowing Club", "dropped the 3.8
+/// version", "sold the Civic", "closed my Barclays account". Empty when the statement
+/// names no old value. The value ends at the next word that starts what replaces it or
+/// qualifies the change ("to", "with", "for", "last", ...).
+pub fn departed_value(text: &str) -> Vec<String> {
+    // (marker, whether the old value comes before the marker rather than after it)
+    const AFTER: &[&str] = &[
+        "switching from",
+        "switched from",
+        "switch from",
+        "moving from",
+        "moved from",
+        "migrating from",
+        "migrated from",
+        "moving away from",
+        "moved away from",
+        "moved off",
+        "from",
+        "instead of",
+        "rather than",
+        "replaced",
+        "replacing",
+        "swapped",
+        "ditched",
+        "not using",
+        "no longer using",
+        "no longer uses",
+        "no longer on",
+        "no longer at",
+        "no longer with",
+        "no longer",
+        "not on",
+        "stopped using",
+        "stopped",
+        "gave up",
+        "given up",
+        "quit",
+        "left",
+        "dropped",
+        "sold",
+        "closed",
+        "cancelled",
+        "canceled",
+        "paused",
+        "retired",
+    ];
+    const BEFORE: &[&str] = &[
+        "is gone",
+        "is out",
+        "is behind",
+        "is retired",
+        "is sold",
+        "anymore",
+    ];
+    const ENDS: &[&str] = &[
+        "to",
+        "with",
+        "for",
+        "and",
+        "but",
+        "so",
+        "because",
+        "since",
+        "now",
+        "anymore",
+        "last",
+        "this",
+        "yesterday",
+        "today",
+        "ago",
+        "after",
+        "in",
+        "at",
+        "over",
+        "on",
+        "as",
+        "is",
+        "was",
+        "which",
+        "who",
+        "that",
+        "too",
+        "again",
+        "everything",
+        "finally",
+        "then",
+        "from",
+    ];
+    const SKIP: &[&str] = &[
+        "the",
+        "my",
+        "our",
+        "their",
+        "his",
+        "her",
+        "a",
+        "an",
+        "of",
+        "using",
+        "use",
+        "uses",
+        "on",
+        "at",
+        "with",
+        "user",
+        "user's",
+        "team",
+        "team's",
+        "membership",
+        "account",
+        "version",
+        "subscription",
+        "contract",
+    ];
+    let words: Vec<String> = text
+        .to_lowercase()
+        .split_whitespace()
+        .map(|word| {
+            word.trim_matches(|c: char| !c.is_alphanumeric() && c != '.' && c != '-')
+                .trim_end_matches('.')
+                .to_owned()
+        })
+        .filter(|word| !word.is_empty())
+        .collect();
+    // The same tokens `content_tokens` gives a stored fact, so they can be compared.
+    let value_tokens = |value: &[String]| -> Vec<String> {
+        let mut tokens: Vec<String> = content_tokens(&value.join(" "))
+            .into_iter()
+            .filter(|token| !SKIP.contains(&token.as_str()) && !is_slot_word(token))
+            .collect();
+        tokens.sort();
+        tokens
+    };
+    for marker in AFTER {
+        let marker_words: Vec<&str> = marker.split(' ').collect();
+        for start in 0..words.len() {
+            if words.len() < start + marker_words.len()
+                || words[start..start + marker_words.len()]
+                    .iter()
+                    .zip(&marker_words)
+                    .any(|(word, marker)| word != marker)
+            {
+                continue;
+            }
+            let rest = &words[start + marker_words.len()..];
+            let mut value = Vec::new();
+            for word in rest {
+                if ENDS.contains(&word.as_str()) && !value_tokens(&value).is_empty() {
+                    break;
+                }
+                value.push(word.clone());
+                if value.len() >= 5 {
+                    break;
+                }
+            }
+            let tokens = value_tokens(&value);
+            if !tokens.is_empty() {
+                return tokens;
+            }
+        }
+    }
+    for marker in BEFORE {
+        let marker_words: Vec<&str> = marker.split(' ').collect();
+        for end in 0..words.len() {
+            if words.len() < end + marker_words.len()
+                || words[end..end + marker_words.len()]
+                    .iter()
+                    .zip(&marker_words)
+                    .any(|(word, marker)| word != marker)
+            {
+                continue;
+            }
+            // The nearest content word before the marker ("QWERTY is behind me").
+            if let Some(tokens) = words[..end]
+                .iter()
+                .rev()
+                .take(3)
+                .map(|word| value_tokens(std::slice::from_ref(word)))
+                .find(|tokens| !tokens.is_empty())
+            {
+                return tokens;
+            }
+        }
+    }
+    Vec::new()
+}
+
+/// Nouns with the word that qualifies them ("the search team" → ("team", "search"),
+/// "night shifts" → ("shift", "night")): pairs of adjacent content words.
+pub fn qualified_nouns(text: &str) -> Vec<(String, String)> {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|word| {
+            word.trim_matches(|c: char| !c.is_alphanumeric() && c != '-')
+                .to_lowercase()
+        })
+        .collect();
+    words
+        .windows(2)
+        .filter(|pair| {
+            pair.iter().all(|word| {
+                !word.is_empty()
+                    && !GENERIC.contains(&word.as_str())
+                    && !is_adverb(word)
+                    && !is_slot_word(&stem(word))
+                    && !is_past_tense(word)
+                    && !matches!(word.as_str(), "user's" | "their" | "his" | "her" | "our")
+            })
+        })
+        .map(|pair| (stem(&pair[1]), stem(&pair[0])))
+        .collect()
+}
+
+/// Whether a fact tells of something the user did or changed: a change phrase, or a
+/// past-tense verb right after "The user" ("The user transferred to ...").
+pub fn tells_a_change(text: &str) -> bool {
+    let mut words = text.split_whitespace().map(|word| word.to_lowercase());
+    let acted = matches!(
+        (words.next().as_deref(), words.next().as_deref()),
+        (Some("the"), Some("user"))
+    ) && words
+        .find(|word| !is_adverb(word))
+        .is_some_and(|verb| is_past_tense(&verb) && !matches!(verb.as_str(), "was" | "were" | "had" | "did"));
+    acted || announces_change(text)
+}
+
 /// Whether two texts share a content token (beyond generic words): the same subject.
 pub fn shares_subject(left: &str, right: &str) -> bool {
     let left = content_tokens(left);
@@ -821,6 +1066,35 @@ mod tests {
             slot("The user drinks three espressos a day.").map(|s| s.name),
             Some("coffee".into())
         );
+    }
+
+    #[test]
+    fn a_change_names_the_value_it_replaces() {
+        let departed = |text: &str| departed_value(text).join(" ");
+        assert_eq!(
+            departed("The user's team is switching from Slack to Microsoft Teams."),
+            "slack"
+        );
+        assert_eq!(
+            departed("The user's team chose PostgreSQL instead of MongoDB for the rewrite."),
+            "mongodb"
+        );
+        assert_eq!(departed("The user replaced Evernote with Obsidian."), "evernote");
+        assert_eq!(departed("The user ditched Chrome for Firefox."), "chrome");
+        assert_eq!(
+            departed("The user left the Riverside Rowing Club last month."),
+            "club riverside rowing"
+        );
+        assert_eq!(
+            departed("The user finally switched to Colemak, QWERTY is behind them."),
+            "qwerty"
+        );
+        assert_eq!(
+            departed("The user finished moving CI from Jenkins to GitHub Actions."),
+            "jenkin"
+        );
+        assert!(departed("The user lives in Porto.").is_empty());
+        assert!(departed("The user is switching to Puma.").is_empty());
     }
 
     #[test]

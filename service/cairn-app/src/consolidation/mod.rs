@@ -5,6 +5,7 @@
 //! watermark move commit together, so a crash re-runs the batch and never doubles it.
 
 mod budget;
+mod discourse;
 pub(crate) mod language;
 pub mod offline;
 

@@ -5,7 +5,7 @@
 //! Neither needs a model download or a network; both are the default when no LLM
 //! provider is configured, so the default install consolidates end to end.
 
-use super::language;
+use super::{discourse, language};
 use cairn_core::{
     CandidateFact, CandidatePlaybook, Extraction, ExtractionInput, Extractor, FactType, Judge, Judgement,
     Result, ShownFact, Usage, Verdict,
@@ -25,8 +25,20 @@ impl Extractor for OfflineExtractor {
     async fn extract(&self, input: &ExtractionInput) -> Result<Extraction> {
         let mut extraction = Extraction::default();
         let names = known_names(input);
+        // The last statement made, for pronouns and fragments that continue it.
+        let mut previous: Option<String> = input.earlier.last().and_then(|episode| {
+            clauses(&episode.text)
+                .iter()
+                .rev()
+                .find_map(|clause| third_person(&discourse::strip_openers(clause)))
+        });
         for episode in &input.episodes {
-            for clause in clauses(&episode.text) {
+            let mut same_message = false;
+            for said in clauses(&episode.text) {
+                let clause = discourse::restore_subject(&discourse::strip_openers(&said));
+                if clause.is_empty() {
+                    continue;
+                }
                 if let Some(playbook) = playbook(&clause) {
                     extraction.playbooks.push(CandidatePlaybook {
                         source_episode_ids: vec![episode.id.clone()],
@@ -34,11 +46,15 @@ impl Extractor for OfflineExtractor {
                     });
                     continue;
                 }
-                let Some(text) = third_person(&clause).or_else(|| about_someone_known(&clause, &names))
+                let Some(text) = third_person(&clause)
+                    .or_else(|| discourse::resolve(&clause, previous.as_deref(), same_message))
+                    .or_else(|| about_someone_known(&clause, &names))
                 else {
                     continue;
                 };
-                let lower = clause.to_lowercase();
+                previous = Some(text.clone());
+                same_message = true;
+                let lower = said.to_lowercase();
                 let expires_in_hours = expiry_hours(&lower, episode.occurred_at);
                 let fact_type = classify(&lower, expires_in_hours.is_some());
                 let hedged = ["maybe", "might", "probably", "i think", "not sure", "perhaps"]
@@ -52,7 +68,7 @@ impl Extractor for OfflineExtractor {
                     valid_from: None,
                     valid_to: None,
                     source_episode_ids: vec![episode.id.clone()],
-                    span: Some(clause.clone()),
+                    span: Some(said.clone()),
                 });
             }
         }
@@ -120,7 +136,13 @@ pub fn clauses(text: &str) -> Vec<String> {
                 bare.as_str(),
                 "and" | "but" | "so" | "although" | "though" | "while"
             );
-            if conjunction && starts_statement && !current.is_empty() {
+            // "My boyfriend Sam and I live ..." is one statement with a compound subject.
+            let compound_subject = bare == "and"
+                && current.len() <= 3
+                && current
+                    .first()
+                    .is_some_and(|first| matches!(first.to_lowercase().as_str(), "my" | "our"));
+            if conjunction && starts_statement && !current.is_empty() && !compound_subject {
                 result.push(current.join(" ").trim_end_matches(',').to_owned());
                 current.clear();
                 continue;
@@ -367,17 +389,53 @@ pub fn expiry_hours(lower: &str, said_at: DateTime<Utc>) -> Option<f64> {
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .collect();
+    let until_end_of = |days_ahead: i64| -> Option<f64> {
+        let end_of_day = said_at.date_naive() + Duration::days(days_ahead + 1);
+        let end = end_of_day.and_hms_opt(0, 0, 0)?.and_utc();
+        Some(((end - said_at).num_minutes() as f64 / 60.0).max(1.0))
+    };
+    if language::contains_phrase(lower, "end of the month")
+        || language::contains_phrase(lower, "end of month")
+    {
+        let next_month = said_at
+            .date_naive()
+            .with_day(1)?
+            .checked_add_months(chrono::Months::new(1))?;
+        return until_end_of((next_month - said_at.date_naive()).num_days() - 1);
+    }
     for (index, word) in words.iter().enumerate() {
-        // "until Friday", "till Monday": through the end of that day.
-        if matches!(*word, "until" | "till" | "til")
-            && let Some(day) = words.get(index + 1).and_then(|next| weekday(next))
+        // A day named for an event ("on Sunday", "this Friday", "next Tuesday", "until
+        // Thursday", "due Monday"), resolved against when it was said: through the end
+        // of that day ("next" is the one after the coming one).
+        if let Some(day) = weekday(word)
+            && index > 0
+            && matches!(
+                words[index - 1],
+                "on" | "this" | "next" | "by" | "until" | "till" | "til" | "due" | "before" | "coming"
+            )
         {
             let today = said_at.weekday().num_days_from_monday() as i64;
             let target = day.num_days_from_monday() as i64;
-            let days_ahead = (target - today).rem_euclid(7);
-            let end_of_day = said_at.date_naive() + Duration::days(days_ahead + 1);
-            let end = end_of_day.and_hms_opt(0, 0, 0)?.and_utc();
-            return Some(((end - said_at).num_minutes() as f64 / 60.0).max(1.0));
+            let mut days_ahead = (target - today).rem_euclid(7);
+            if words[index - 1] == "next" {
+                days_ahead += 7;
+            }
+            return until_end_of(days_ahead);
+        }
+        // "in two weeks", "in 3 days": the event is then, and over after it.
+        if *word == "in"
+            && let (Some(count), Some(unit)) = (
+                words.get(index + 1).and_then(|n| language::number(n)),
+                words.get(index + 2),
+            )
+        {
+            let hours = match unit.trim_end_matches('s') {
+                "day" => 24.0,
+                "week" => 168.0,
+                "month" => 744.0,
+                _ => continue,
+            };
+            return Some(count * hours + 24.0);
         }
         // "for the next 3 days", "for 2 weeks".
         if *word == "for" {
@@ -598,6 +656,60 @@ impl Judge for OfflineJudge {
                 .unwrap_or(0.0)
                 .total_cmp(&a.similarity.unwrap_or(0.0))
         });
+        // A change that names the value it replaces ("from X", "instead of X", "left X")
+        // supersedes the shown fact holding that value, slot or not; a lasting fact
+        // before an event about the same thing.
+        let departed = language::departed_value(&candidate.text);
+        if !departed.is_empty() {
+            let holders: Vec<&&ShownFact> = ranked
+                .iter()
+                .filter(|shown_fact| {
+                    // Not an earlier statement of the same departure.
+                    let theirs = language::departed_value(&shown_fact.fact.text);
+                    let old = language::content_tokens(&shown_fact.fact.text);
+                    departed.iter().all(|token| old.contains(token))
+                        && (theirs.is_empty() || !theirs.iter().all(|token| departed.contains(token)))
+                })
+                .collect();
+            let holder = holders
+                .iter()
+                .find(|shown_fact| shown_fact.fact.fact_type != FactType::Event)
+                .or(holders.first());
+            if let Some(holder) = holder {
+                return Ok(judgement(
+                    Verdict::Updates(holder.alias.clone()),
+                    format!(
+                        "the statement names the value it replaces ({})",
+                        departed.join(" ")
+                    ),
+                ));
+            }
+        }
+        // A change to another kind of the same thing ("transferred to the search team"
+        // against "on the ads team", "night shifts" against "day shifts") replaces the
+        // lasting fact that held the old kind, unless the candidate still names it.
+        if language::tells_a_change(&candidate.text) {
+            let kinds = language::qualified_nouns(&candidate.text);
+            let candidate_words = language::content_tokens(&candidate.text);
+            for shown_fact in &ranked {
+                if shown_fact.fact.fact_type == FactType::Event {
+                    continue;
+                }
+                let replaced =
+                    language::qualified_nouns(&shown_fact.fact.text)
+                        .into_iter()
+                        .find(|(noun, old)| {
+                            !candidate_words.contains(old)
+                                && kinds.iter().any(|(new_noun, new)| new_noun == noun && new != old)
+                        });
+                if let Some((noun, old)) = replaced {
+                    return Ok(judgement(
+                        Verdict::Updates(shown_fact.alias.clone()),
+                        format!("a change from {old} {noun} to another {noun}"),
+                    ));
+                }
+            }
+        }
         if let Some(slot) = &candidate_slot {
             for shown_fact in &ranked {
                 if language::slot(&shown_fact.fact.text).as_ref() != Some(slot) {
@@ -699,6 +811,14 @@ mod tests {
     }
 
     #[test]
+    fn a_compound_subject_stays_one_statement() {
+        assert_eq!(
+            clauses("My boyfriend Sam and I live together in Leeds"),
+            vec!["My boyfriend Sam and I live together in Leeds".to_owned()]
+        );
+    }
+
+    #[test]
     fn compound_sentences_split_into_statements() {
         assert_eq!(
             clauses("I love Adidas and I hate Nike. What do you think? My sister runs too"),
@@ -719,6 +839,19 @@ mod tests {
         assert_eq!(expiry_hours("i'm in paris this week", monday), Some(168.0));
         assert_eq!(expiry_hours("i'm in lisbon until friday", monday), Some(110.0));
         assert_eq!(expiry_hours("i'm off sugar for 3 days", monday), Some(72.0));
+        // Named days resolve against when it was said (a Monday, 10:00).
+        assert_eq!(expiry_hours("the report is due this friday", monday), Some(110.0));
+        assert_eq!(expiry_hours("my flight is on sunday at 6am", monday), Some(158.0));
+        assert_eq!(
+            expiry_hours("dentist next tuesday", monday),
+            Some(14.0 + 24.0 * 8.0)
+        );
+        assert_eq!(expiry_hours("my exam is in two weeks", monday), Some(360.0));
+        assert_eq!(
+            expiry_hours("tax filing is due at the end of the month", monday),
+            Some(14.0)
+        );
+        assert_eq!(expiry_hours("we rehearse on thursdays", monday), None);
         assert_eq!(expiry_hours("i live in berlin", monday), None);
         assert_eq!(classify("i have an exam tomorrow", true), FactType::Event);
         assert_eq!(classify("i'm vegetarian now", false), FactType::Constraint);

@@ -1,0 +1,460 @@
+//! What a statement means in its conversation: openers that carry no content ("FYI",
+//! "Just so you know", "Quick update:"), pronouns that point back at what the user
+//! named before ("We adopted a dog. She's a greyhound."), and fragments that continue
+//! the previous statement ("I'm allergic to peanuts. Also tree nuts.").
+
+/// Discourse markers that open a statement without adding to it, longest first.
+const MARKERS: &[&str] = &[
+    "just so you know",
+    "quick update",
+    "update on my life",
+    "big news",
+    "bad news",
+    "good news",
+    "great news",
+    "for what it's worth",
+    "i should mention that",
+    "i should mention",
+    "i should say",
+    "to be honest",
+    "long story short",
+    "remember that",
+    "note to self",
+    "by the way",
+    "scrap that",
+    "oh and",
+    "fun fact",
+    "honestly",
+    "fyi",
+    "btw",
+    "tbh",
+    "lol",
+    "haha",
+    "ugh",
+    "wow",
+    "so",
+];
+
+/// Strips what opens a clause without content: a short label ending in a colon
+/// ("Quick update:", "Note to self:"), discourse markers ("FYI", "just so you know",
+/// "I should mention"), and a word said twice by mistake ("my my").
+pub fn strip_openers(clause: &str) -> String {
+    let mut text = clause.trim().to_owned();
+    loop {
+        let before = text.clone();
+        if let Some((label, rest)) = text.split_once(':')
+            && !label.is_empty()
+            && label.split_whitespace().count() <= 4
+            && !rest.trim().is_empty()
+            && !label.chars().any(|c| c.is_ascii_digit())
+        {
+            text = rest.trim().to_owned();
+        }
+        let lower = text.to_lowercase();
+        for marker in MARKERS {
+            if let Some(rest) = lower.strip_prefix(marker)
+                && (rest.is_empty() || rest.starts_with([' ', ',', ':']))
+            {
+                text = text[marker.len()..]
+                    .trim_start_matches([',', ':', ' '])
+                    .to_owned();
+                break;
+            }
+        }
+        if text == before {
+            break;
+        }
+    }
+    let mut words: Vec<&str> = Vec::new();
+    for word in text.split_whitespace() {
+        if words
+            .last()
+            .is_some_and(|last| last.eq_ignore_ascii_case(word) && !word.chars().any(|c| c.is_ascii_digit()))
+        {
+            continue;
+        }
+        words.push(word);
+    }
+    words.join(" ")
+}
+
+/// A chat statement with its subject left out gets it back ("Got promoted to staff
+/// engineer" → "I got promoted …", "Sold the Civic" → "I sold the Civic"), and one
+/// led by its time ("Today was my first day at Datadog") is turned around ("My first
+/// day at Datadog was today"), so the user is its subject.
+pub fn restore_subject(clause: &str) -> String {
+    const TIMES: &[&str] = &[
+        "today",
+        "yesterday",
+        "tonight",
+        "this morning",
+        "last night",
+        "last week",
+    ];
+    const ONGOING: &[&str] = &[
+        "getting",
+        "starting",
+        "switching",
+        "moving",
+        "looking",
+        "planning",
+        "heading",
+        "going",
+        "trying",
+        "working",
+        "leaving",
+        "joining",
+        "learning",
+    ];
+    let lower = clause.to_lowercase();
+    for time in TIMES {
+        for verb in ["was", "is"] {
+            let lead = format!("{time} {verb} my ");
+            if lower.starts_with(&lead) {
+                let rest = clause[lead.len()..].trim_end_matches(['.', '!']);
+                return format!("My {rest} {verb} {time}");
+            }
+        }
+    }
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let Some(position) = words
+        .iter()
+        .position(|word| !crate::consolidation::language::is_adverb(&bare(word)))
+    else {
+        return clause.to_owned();
+    };
+    let first = bare(words[position]);
+    let verb_first = (crate::consolidation::language::is_past_tense(&first)
+        && !matches!(first.as_str(), "was" | "were" | "did" | "had"))
+        || first == "got";
+    let rest = words[position..].join(" ");
+    let lowered = rest
+        .chars()
+        .next()
+        .map(|c| format!("{}{}", c.to_lowercase(), &rest[c.len_utf8()..]))
+        .unwrap_or_default();
+    if verb_first {
+        return format!("I {lowered}");
+    }
+    if ONGOING.contains(&first.as_str()) {
+        return format!("I'm {lowered}");
+    }
+    clause.to_owned()
+}
+
+const AUXILIARIES: &[&str] = &[
+    "is", "are", "was", "were", "has", "have", "had", "can", "can't", "cannot", "could", "will", "would",
+    "does", "doesn't", "don't", "not", "also", "really", "still", "just", "should",
+];
+const PREPOSITIONS: &[&str] = &["to", "of", "in", "on", "with", "for", "about", "at", "from", "by"];
+const DETERMINERS: &[&str] = &[
+    "a", "an", "the", "their", "some", "one", "two", "used", "new", "second", "old",
+];
+
+fn bare(word: &str) -> String {
+    word.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+        .to_lowercase()
+}
+
+/// Who or what a third-person fact is about, as a noun phrase another statement can
+/// use as its subject: "The user's sister Anna lives in Vienna." → "The user's sister
+/// Anna"; "The user adopted a dog." → "The user's dog"; "The user has a cat called
+/// Nori." → "The user's cat Nori". `None` when the fact names nothing but the user.
+pub fn referent(fact: &str) -> Option<String> {
+    let words: Vec<&str> = fact.trim_end_matches('.').split_whitespace().collect();
+    if words.len() >= 3 && words[0].eq_ignore_ascii_case("the") && words[1] == "user's" {
+        let mut phrase = Vec::new();
+        let mut named = false;
+        for word in &words[2..] {
+            let clean = word.trim_matches(|c: char| !c.is_alphanumeric());
+            let lower = clean.to_lowercase();
+            let capital = clean.chars().next().is_some_and(char::is_uppercase);
+            if capital {
+                named = true;
+                phrase.push(clean);
+            } else if named
+                || phrase.len() >= 2
+                || AUXILIARIES.contains(&lower.as_str())
+                || (!phrase.is_empty() && (lower.ends_with('s') || lower.ends_with("ed")))
+            {
+                break;
+            } else {
+                phrase.push(clean);
+            }
+            if word.ends_with(',') {
+                break;
+            }
+        }
+        return (!phrase.is_empty()).then(|| format!("The user's {}", phrase.join(" ")));
+    }
+    if words.len() >= 4 && words[0].eq_ignore_ascii_case("the") && words[1] == "user" {
+        // The object of the user's verb: after its first determiner.
+        let start = words
+            .iter()
+            .skip(2)
+            .position(|word| DETERMINERS.contains(&bare(word).as_str()))?
+            + 2;
+        let mut phrase: Vec<String> = Vec::new();
+        let mut index = start;
+        while index < words.len() && DETERMINERS.contains(&bare(words[index]).as_str()) {
+            index += 1;
+        }
+        while index < words.len() {
+            let word = words[index];
+            let lower = bare(word);
+            if lower == "called" || lower == "named" {
+                if let Some(name) = words.get(index + 1) {
+                    phrase.push(name.trim_matches(|c: char| !c.is_alphanumeric()).to_owned());
+                }
+                break;
+            }
+            if PREPOSITIONS.contains(&lower.as_str()) || lower.is_empty() || phrase.len() >= 3 {
+                break;
+            }
+            phrase.push(word.trim_matches(|c: char| !c.is_alphanumeric()).to_owned());
+            if word.ends_with(',') {
+                break;
+            }
+            index += 1;
+        }
+        return (!phrase.is_empty()).then(|| format!("The user's {}", phrase.join(" ")));
+    }
+    None
+}
+
+/// What a fact says the user does, without its object, for a fragment that continues
+/// it: "The user is allergic to peanuts." → "The user is allergic to"; "The user
+/// cannot eat shellfish." → "The user cannot eat"; "The user speaks Spanish." → "The
+/// user speaks".
+pub fn predicate(fact: &str) -> Option<String> {
+    let words: Vec<&str> = fact.trim_end_matches('.').split_whitespace().collect();
+    if words.len() < 3 || !words[0].eq_ignore_ascii_case("the") || words[1] != "user" {
+        return None;
+    }
+    let mut phrase = vec!["The", "user"];
+    let mut index = 2;
+    while index < words.len() && AUXILIARIES.contains(&bare(words[index]).as_str()) {
+        phrase.push(words[index]);
+        index += 1;
+    }
+    phrase.push(words.get(index)?);
+    if let Some(next) = words.get(index + 1)
+        && PREPOSITIONS.contains(&bare(next).as_str())
+    {
+        phrase.push(next);
+    }
+    Some(phrase.join(" "))
+}
+
+/// A clause rewritten with what the conversation supplies, when it needs it: a
+/// pronoun subject becomes the thing named last ("She's a greyhound called Pepper."
+/// after "The user adopted a dog." → "The user's dog is a greyhound called Pepper."), a
+/// fragment continuing a statement takes its predicate ("Also tree nuts, especially
+/// cashews." → "The user is allergic to tree nuts, especially cashews."), and a bare
+/// description is about the thing named last ("Black, very shy." → "The user's cat
+/// Nori is black, very shy."). Fragments continue only a statement of the same
+/// message (`same_message`); a pronoun may point into an earlier one. `None` when the
+/// clause stands on its own or nothing before it fits.
+pub fn resolve(clause: &str, previous: Option<&str>, same_message: bool) -> Option<String> {
+    const ACKNOWLEDGEMENTS: &[&str] = &[
+        "ok", "okay", "thanks", "thank", "cool", "nice", "sure", "great", "yes", "yeah", "no", "maybe",
+        "hmm", "sounds", "good", "cute", "wow", "see", "right", "perfect", "awesome", "fine",
+    ];
+    let previous = previous?;
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let first = bare(words.first()?);
+    let rest = words[1..].join(" ");
+    let rest = rest.trim_end_matches(['.', '!']);
+    let sentence = |text: String| {
+        let text = text.trim().trim_end_matches([',', '.']).to_owned();
+        let mut chars = text.chars();
+        chars
+            .next()
+            .map(|first| format!("{}{}.", first.to_uppercase(), chars.as_str()))
+    };
+    match first.replace('’', "'").as_str() {
+        "he" | "she" | "it" | "they" if !rest.is_empty() => {
+            let subject = referent(previous)?;
+            let rest = rest
+                .split_whitespace()
+                .map(|word| match bare(word).as_str() {
+                    "her" | "his" | "its" => "their".to_owned(),
+                    _ => word.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            sentence(format!("{subject} {rest}"))
+        }
+        "he's" | "she's" | "it's" | "they're" if !rest.is_empty() => {
+            let subject = referent(previous)?;
+            sentence(format!("{subject} is {rest}"))
+        }
+        _ if !same_message
+            || words
+                .iter()
+                .any(|word| ACKNOWLEDGEMENTS.contains(&bare(word).as_str())) =>
+        {
+            None
+        }
+        "also" | "or" | "plus" | "and" if !rest.is_empty() && words.len() <= 8 => {
+            let verb = predicate(previous)?;
+            sentence(format!("{verb} {rest}"))
+        }
+        _ if words.len() <= 8
+            && words
+                .iter()
+                .any(|word| matches!(bare(word).as_str(), "too" | "either"))
+            && !words
+                .iter()
+                .any(|word| AUXILIARIES.contains(&bare(word).as_str())) =>
+        {
+            let verb = predicate(previous)?;
+            sentence(format!("{verb} {}", clause.trim_end_matches(['.', '!'])))
+        }
+        _ if words.len() <= 4
+            && words
+                .iter()
+                .all(|word| word.chars().next().is_some_and(|c| !c.is_uppercase()) || word == &words[0])
+            && !words
+                .iter()
+                .any(|word| AUXILIARIES.contains(&bare(word).as_str())) =>
+        {
+            let subject = referent(previous)?;
+            sentence(format!(
+                "{subject} is {}",
+                clause.trim_end_matches(['.', '!']).to_lowercase()
+            ))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openers_without_content_are_stripped() {
+        assert_eq!(
+            strip_openers("FYI I'm lactose intolerant"),
+            "I'm lactose intolerant"
+        );
+        assert_eq!(
+            strip_openers("Just so you know, I'm colour blind"),
+            "I'm colour blind"
+        );
+        assert_eq!(strip_openers("Quick update: we moved"), "we moved");
+        assert_eq!(strip_openers("I should mention I use VS Code"), "I use VS Code");
+        assert_eq!(strip_openers("My my favourite band"), "My favourite band");
+        assert_eq!(strip_openers("I live in Porto"), "I live in Porto");
+        assert_eq!(strip_openers("Meeting at 10:30 today"), "Meeting at 10:30 today");
+    }
+
+    #[test]
+    fn a_subject_left_out_comes_back() {
+        assert_eq!(
+            restore_subject("Got promoted to staff engineer this morning"),
+            "I got promoted to staff engineer this morning"
+        );
+        assert_eq!(
+            restore_subject("Finally switched to Colemak"),
+            "I switched to Colemak"
+        );
+        assert_eq!(
+            restore_subject("Sold the Civic, bought a Tesla"),
+            "I sold the Civic, bought a Tesla"
+        );
+        assert_eq!(
+            restore_subject("Today was my first day at Datadog!"),
+            "My first day at Datadog was today"
+        );
+        assert_eq!(
+            restore_subject("Moving to Berlin in May"),
+            "I'm moving to Berlin in May"
+        );
+        assert_eq!(restore_subject("I live in Porto"), "I live in Porto");
+        assert_eq!(restore_subject("Was great"), "Was great");
+    }
+
+    #[test]
+    fn referents_name_what_a_fact_is_about() {
+        assert_eq!(
+            referent("The user's sister Anna lives in Vienna.").as_deref(),
+            Some("The user's sister Anna")
+        );
+        assert_eq!(
+            referent("The user's manager is Tom.").as_deref(),
+            Some("The user's manager")
+        );
+        assert_eq!(
+            referent("The user adopted a dog.").as_deref(),
+            Some("The user's dog")
+        );
+        assert_eq!(
+            referent("The user has a cat called Nori.").as_deref(),
+            Some("The user's cat Nori")
+        );
+        assert_eq!(
+            referent("The user bought a used Volvo.").as_deref(),
+            Some("The user's Volvo")
+        );
+        assert_eq!(referent("The user is vegetarian."), None);
+    }
+
+    #[test]
+    fn pronouns_and_fragments_take_their_meaning_from_before() {
+        assert_eq!(
+            resolve(
+                "She's a greyhound called Pepper.",
+                Some("The user adopted a dog."),
+                false
+            )
+            .as_deref(),
+            Some("The user's dog is a greyhound called Pepper.")
+        );
+        assert_eq!(
+            resolve(
+                "It needs new brakes.",
+                Some("The user bought a used Volvo."),
+                true
+            )
+            .as_deref(),
+            Some("The user's Volvo needs new brakes.")
+        );
+        assert_eq!(
+            resolve(
+                "Also tree nuts, especially cashews.",
+                Some("The user is allergic to peanuts."),
+                true
+            )
+            .as_deref(),
+            Some("The user is allergic to tree nuts, especially cashews.")
+        );
+        assert_eq!(
+            resolve(
+                "French too, but only a little.",
+                Some("The user speaks Spanish fluently."),
+                true
+            )
+            .as_deref(),
+            Some("The user speaks French too, but only a little.")
+        );
+        assert_eq!(
+            resolve("Black, very shy.", Some("The user has a cat called Nori."), true).as_deref(),
+            Some("The user's cat Nori is black, very shy.")
+        );
+        assert_eq!(resolve("She's great.", None, true), None);
+        assert_eq!(
+            resolve("ok thanks", Some("The user has a cat called Nori."), true),
+            None
+        );
+        assert_eq!(
+            resolve("Black, very shy.", Some("The user has a cat called Nori."), false),
+            None
+        );
+        assert_eq!(
+            resolve("It is raining.", Some("The user is vegetarian."), true),
+            None
+        );
+    }
+}
