@@ -459,6 +459,7 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "role at",
             "laid off",
             "got a job",
+            "first day at",
         ],
     ),
     (
@@ -755,6 +756,7 @@ pub fn announces_change(text: &str) -> bool {
         "now prefers",
         "now uses",
         "new job",
+        "first day",
         "started at",
         "relocated",
         "broke up",

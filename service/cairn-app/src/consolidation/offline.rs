@@ -635,6 +635,9 @@ pub struct OfflineJudge;
 /// Below this similarity an unrelated-slot fact is not treated as the same subject.
 const EXTENDS_SIMILARITY: f32 = 0.75;
 
+/// At or above this similarity, a change told as an event replaces a lasting fact.
+const CHANGE_SIMILARITY: f32 = 0.45;
+
 #[async_trait::async_trait]
 impl Judge for OfflineJudge {
     fn name(&self) -> &str {
@@ -709,6 +712,23 @@ impl Judge for OfflineJudge {
                     ));
                 }
             }
+        }
+        // A change told as an event ("today was my first day at Datadog", "we broke
+        // up") replaces the lasting fact closest to it in meaning, when that is close.
+        if language::tells_a_change(&candidate.text)
+            && let Some(closest) = ranked
+                .iter()
+                .find(|shown_fact| shown_fact.fact.fact_type != FactType::Event)
+            && closest.similarity.unwrap_or(0.0) >= CHANGE_SIMILARITY
+            && candidate_slot.is_none()
+        {
+            return Ok(judgement(
+                Verdict::Updates(closest.alias.clone()),
+                format!(
+                    "a change close in meaning ({:.2}) to a lasting fact",
+                    closest.similarity.unwrap_or(0.0)
+                ),
+            ));
         }
         if let Some(slot) = &candidate_slot {
             for shown_fact in &ranked {
