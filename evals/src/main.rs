@@ -53,6 +53,8 @@ struct Conversation {
     scope: Scope,
     turn_of_episode: HashMap<String, String>,
     questions: Vec<(String, HashSet<String>)>,
+    /// Every question with its category (5: not answerable from the conversation).
+    all_questions: Vec<(String, u8, HashSet<String>)>,
 }
 
 /// How turns are ingested: as episodes of their sessions, or alone.
@@ -192,10 +194,24 @@ async fn ingest(cairn: &Cairn, sample: &Sample, indexing: Indexing) -> anyhow::R
             (!evidence.is_empty()).then(|| (question.question.clone(), evidence))
         })
         .collect();
+    let all_questions = sample
+        .qa
+        .iter()
+        .map(|question| {
+            let evidence = question
+                .evidence
+                .iter()
+                .filter(|id| known_turns.contains(*id))
+                .cloned()
+                .collect();
+            (question.question.clone(), question.category, evidence)
+        })
+        .collect();
     Ok(Conversation {
         scope,
         turn_of_episode,
         questions,
+        all_questions,
     })
 }
 
@@ -266,6 +282,7 @@ fn main() -> anyhow::Result<()> {
         match argument.as_str() {
             "--cluster" | "--opensearch" => options.cluster = arguments.next(),
             "--no-rerank" => options.rerank = false,
+            "--answer" => options.answer = true,
             other => bail!("unknown argument {other}"),
         }
     }
@@ -275,6 +292,8 @@ fn main() -> anyhow::Result<()> {
 struct Options {
     cluster: Option<String>,
     rerank: bool,
+    /// Calibrate and evaluate `known` of the answer route instead of the retrieval table.
+    answer: bool,
 }
 
 impl Default for Options {
@@ -282,6 +301,7 @@ impl Default for Options {
         Options {
             cluster: None,
             rerank: true,
+            answer: false,
         }
     }
 }
@@ -331,6 +351,10 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
         conversations.len(),
         started.elapsed().as_secs_f64()
     );
+
+    if options.answer {
+        return answers(&on(&store, base.clone()), &conversations).await;
+    }
 
     // Rows on the session copy (the table prints the copy indexed alone first).
     let mut configurations = vec![
@@ -405,5 +429,122 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
     for cluster in [cluster, alone_cluster].into_iter().flatten() {
         cluster.delete_indices().await?;
     }
+    Ok(())
+}
+
+/// `known` of the answer route on LoCoMo: category 5 questions (not answerable from the
+/// conversation) should get `known: false`, categories 1-4 `known: true` citing an
+/// evidence turn. The threshold is chosen on the first three conversations (the best
+/// mean of the F1 of `known: false` and of `known: true`) and reported on them and,
+/// separately, on the other two.
+async fn answers(cairn: &Cairn, conversations: &[Conversation]) -> anyhow::Result<()> {
+    // (conversation, category, support, first citation is an evidence turn)
+    let mut rows: Vec<(usize, u8, f64, bool)> = Vec::new();
+    for (index, conversation) in conversations.iter().enumerate() {
+        for (question, category, evidence) in &conversation.all_questions {
+            let answer = cairn
+                .answer(
+                    &conversation.scope,
+                    cairn_app::AnswerRequest {
+                        query: question.clone(),
+                        as_of: None,
+                    },
+                )
+                .await?;
+            let cited = answer
+                .citations
+                .iter()
+                .filter_map(|id| conversation.turn_of_episode.get(id))
+                .any(|turn| evidence.contains(turn));
+            rows.push((index, *category, answer.support, cited));
+        }
+    }
+    let measure = |rows: &[&(usize, u8, f64, bool)], threshold: f64| {
+        let unknown_said = rows.iter().filter(|row| row.2 < threshold).count();
+        let unknown_right = rows.iter().filter(|row| row.2 < threshold && row.1 == 5).count();
+        let unanswerable = rows.iter().filter(|row| row.1 == 5).count();
+        let answerable: Vec<_> = rows.iter().filter(|row| row.1 != 5).collect();
+        let cited = answerable
+            .iter()
+            .filter(|row| row.2 >= threshold && row.3)
+            .count();
+        let precision = unknown_right as f64 / unknown_said.max(1) as f64;
+        let recall = unknown_right as f64 / unanswerable.max(1) as f64;
+        let citation = cited as f64 / answerable.len().max(1) as f64;
+        let accuracy = rows
+            .iter()
+            .filter(|row| (row.2 < threshold) == (row.1 == 5))
+            .count() as f64
+            / rows.len().max(1) as f64;
+        (
+            precision,
+            recall,
+            citation,
+            accuracy,
+            unanswerable,
+            answerable.len(),
+        )
+    };
+    let calibration: Vec<_> = rows.iter().filter(|row| row.0 < 3).collect();
+    let held_out: Vec<_> = rows.iter().filter(|row| row.0 >= 3).collect();
+    let f1 = |precision: f64, recall: f64| {
+        if precision + recall > 0.0 {
+            2.0 * precision * recall / (precision + recall)
+        } else {
+            0.0
+        }
+    };
+    let mut best = (0.0, f64::MIN);
+    println!("calibration sweep on conversations 1-3:");
+    println!();
+    println!(
+        "| threshold | known:false precision | known:false recall | known:true precision | known:true recall |"
+    );
+    println!("|---|---|---|---|---|");
+    for step in 0..=24 {
+        let threshold = 0.2 + 0.025 * f64::from(step);
+        let (precision, recall, ..) = measure(&calibration, threshold);
+        let said_known = calibration.iter().filter(|row| row.2 >= threshold).count();
+        let right_known = calibration
+            .iter()
+            .filter(|row| row.2 >= threshold && row.1 != 5)
+            .count();
+        let answerable = calibration.iter().filter(|row| row.1 != 5).count();
+        let known_precision = right_known as f64 / said_known.max(1) as f64;
+        let known_recall = right_known as f64 / answerable.max(1) as f64;
+        if step % 4 == 0 {
+            println!(
+                "| {threshold:.2} | {precision:.3} | {recall:.3} | {known_precision:.3} | {known_recall:.3} |"
+            );
+        }
+        let macro_f1 = (f1(precision, recall) + f1(known_precision, known_recall)) / 2.0;
+        if macro_f1 > best.1 {
+            best = (threshold, macro_f1);
+        }
+    }
+    println!();
+    let threshold = best.0;
+    println!("answer `known` on LoCoMo, threshold (cosine) chosen on conversations 1-3: {threshold:.3}");
+    println!(
+        "(default answer_min_similarity: {:.3})",
+        Settings::default().answer_min_similarity
+    );
+    println!();
+    println!(
+        "| conversations | unanswerable | answerable | known:false precision | known:false recall | citation accuracy | known accuracy |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (name, part) in [("1-3 (calibration)", &calibration), ("4-5 (held out)", &held_out)] {
+        let (precision, recall, citation, accuracy, unanswerable, answerable) = measure(part, threshold);
+        println!(
+            "| {name} | {unanswerable} | {answerable} | {precision:.3} | {recall:.3} | {citation:.3} | {accuracy:.3} |"
+        );
+    }
+    let default = Settings::default().answer_min_similarity;
+    let all: Vec<_> = rows.iter().collect();
+    let (precision, recall, citation, accuracy, unanswerable, answerable) = measure(&all, default);
+    println!(
+        "| all, at the default | {unanswerable} | {answerable} | {precision:.3} | {recall:.3} | {citation:.3} | {accuracy:.3} |"
+    );
     Ok(())
 }

@@ -63,6 +63,9 @@ def test_every_method_returns_typed_results(service):
     assert all(isinstance(hit, cairn.RecallHit) and hit.explain is not None for hit in result.hits)
     assert any(hit.tier == "semantic" and "Lisbon" in hit.text for hit in result.hits)
     assert {hit.tier for hit in result.hits} <= {"semantic", "episodic"}
+    answer = client.answer("alice", "Which city did I move to?")
+    assert isinstance(answer, cairn.Answer) and answer.known and "Lisbon" in answer.answer and answer.citations
+    assert client.answer("alice", "What is my favourite guitar brand?") == cairn.Answer("", False, [])
     profile = client.profile("alice", query="hiking", k=2)
     assert isinstance(profile, cairn.Profile) and "Lisbon" in profile.context
 

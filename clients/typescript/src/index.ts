@@ -15,6 +15,7 @@ export type Playbook = Schemas["PlaybookResponse"];
 export type RecallHit = Schemas["RecallHitResponse"];
 export type RecallResult = Schemas["RecallResponse"];
 export type Profile = Schemas["ProfileResponse"];
+export type Answer = Schemas["AnswerResponse"];
 export type Consolidation = Schemas["ConsolidationResponse"];
 export type IngestResult = Schemas["IngestResponse"];
 export type Job = Schemas["JobResponse"];
@@ -222,6 +223,10 @@ export class Cairn {
   /** The memories most relevant to `query`, best first. */
   recall(userId: string, query: string, options: RecallOptions = {}): Promise<RecallResult> {
     return this.send("POST", `${user(userId)}/recall`, { query, ...options });
+  }
+  /** Answers `query` from memory alone, citing memory ids, or `known: false`. */
+  answer(userId: string, query: string, options: { as_of?: string } = {}): Promise<Answer> {
+    return this.send("POST", `${user(userId)}/answer`, { query, ...options });
   }
   /** Lasting and recent facts, optional recall hits, and a context block for a prompt. */
   profile(userId: string, options: ProfileOptions = {}): Promise<Profile> {

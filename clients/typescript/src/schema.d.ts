@@ -213,6 +213,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users/{user}/answer": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Answer a question from memory alone, citing the memories, or say it is not known */
+        post: operations["answer"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/users/{user}/profile": {
         parameters: {
             query?: never;
@@ -911,6 +928,22 @@ export interface components {
              * @description The reranker's score, when a reranker rescored this hit.
              */
             rerank_score?: number | null;
+        };
+        AnswerBody: {
+            query: string;
+            /**
+             * Format: date-time
+             * @description Answer from what was current at this time (default now).
+             */
+            as_of?: string | null;
+        };
+        /** @description An answer from memory alone, or `known: false` when the memories do not support one. */
+        AnswerResponse: {
+            /** @description The answer; empty when not known. Offline it is the best supporting sentence. */
+            answer: string;
+            known: boolean;
+            /** @description Ids of the memories (facts, episodes) that support the answer, best first. */
+            citations: string[];
         };
         /** @description What is known about the user: lasting facts, recent ones, optional recall hits, and
          *     all of it as one block of text for a prompt. */
@@ -2867,6 +2900,117 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RecallResponse"];
+                };
+            };
+            /** @description missing, invalid or expired token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the token lacks the scope or is bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not found in this scope */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description conflict: not active, tombstoned, a version or watermark moved */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description rate limit or token budget exceeded; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description internal error; quote the request id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the store is unavailable; retry later (see Retry-After when given) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    answer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the user whose memory this is, inside the token's tenant */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /** @example {
+                 *       "query": "what is the user's dog called?"
+                 *     } */
+                "application/json": components["schemas"]["AnswerBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnswerResponse"];
                 };
             };
             /** @description missing, invalid or expired token */

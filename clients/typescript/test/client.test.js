@@ -65,6 +65,9 @@ test("every method answers with the documented shapes", async () => {
   const result = await cairn.recall("alice", "where does the user live", { k: 5, explain: true });
   assert.ok(result.hits.some((hit) => hit.tier === "semantic" && hit.text.includes("Lisbon")));
   assert.ok(result.hits.every((hit) => hit.explain));
+  const answer = await cairn.answer("alice", "Which city did I move to?");
+  assert.ok(answer.known && answer.answer.includes("Lisbon") && answer.citations.length >= 1, JSON.stringify(answer));
+  assert.deepEqual(await cairn.answer("alice", "What is my favourite guitar brand?"), { answer: "", known: false, citations: [] });
   assert.match((await cairn.profile("alice", { query: "hiking", k: 2 })).context, /Lisbon/);
   assert.equal((await cairn.consolidate("alice", { dry_run: true })).dry_run, true);
   assert.ok((await collect(cairn.decisions("alice"))).length >= 1);

@@ -1,6 +1,7 @@
 //! Cairn's use cases. REST handlers and MCP tools both call these functions; nothing
 //! here knows about HTTP, JSON wire formats or a particular store.
 
+mod answer;
 mod consolidation;
 mod episodes;
 mod facts;
@@ -11,6 +12,7 @@ mod recall;
 mod usage;
 mod validate;
 
+pub use answer::{Answer, AnswerRequest};
 pub use consolidation::{
     ConsolidateOptions, ConsolidationOutcome, ConsolidationSettings, Consolidator, JobRun, OfflineExtractor,
     OfflineJudge,
@@ -72,6 +74,9 @@ pub struct Settings {
     /// batches by [`Cairn::flush_usage`]).
     pub bump_usage_on_recall: bool,
     pub consolidation: ConsolidationSettings,
+    /// The cosine between a question and its best memory at or above which an answer
+    /// is known (see `answer.rs`).
+    pub answer_min_similarity: f64,
 }
 
 impl Default for Settings {
@@ -92,6 +97,8 @@ impl Default for Settings {
             priors: Priors::default(),
             rerank_candidates: 20,
             consolidation: ConsolidationSettings::default(),
+            // Calibrated on LoCoMo (evals/run --answer).
+            answer_min_similarity: 0.5,
         }
     }
 }
@@ -108,6 +115,8 @@ pub struct Cairn {
     store: Arc<dyn MemoryStore>,
     embedder: Option<Arc<dyn Embedder>>,
     reranker: Option<Arc<dyn Reranker>>,
+    /// Writes answers from recalled memories (an LLM); without one, answers are extractive.
+    answerer: Option<Arc<dyn cairn_core::Answerer>>,
     consolidator: Consolidator,
     settings: Settings,
     /// Uses noted by recalls, written in batches by [`Cairn::flush_usage`].
@@ -122,6 +131,7 @@ impl Cairn {
             store,
             embedder,
             reranker: None,
+            answerer: None,
             consolidator: Consolidator::default(),
             settings,
             usage: Arc::default(),
@@ -137,6 +147,12 @@ impl Cairn {
     /// Adds a reranking stage after fusion. When it fails, recall keeps the fused order.
     pub fn with_reranker(mut self, reranker: Arc<dyn Reranker>) -> Self {
         self.reranker = Some(reranker);
+        self
+    }
+
+    /// Answers are written by `answerer` from the recalled memories (see `answer.rs`).
+    pub fn with_answerer(mut self, answerer: Arc<dyn cairn_core::Answerer>) -> Self {
+        self.answerer = Some(answerer);
         self
     }
 

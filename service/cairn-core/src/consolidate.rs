@@ -120,3 +120,30 @@ pub trait Judge: Send + Sync + 'static {
 
     async fn judge(&self, candidate: &CandidateFact, shown: &[ShownFact]) -> Result<Judgement>;
 }
+
+/// One recalled memory shown to an answerer under a short alias (`m1` ... `m8`).
+#[derive(Clone, Debug)]
+pub struct ShownMemory {
+    pub alias: String,
+    pub text: String,
+    /// When it was said (episodes) or learned (facts and playbooks).
+    pub at: DateTime<Utc>,
+}
+
+/// An answer composed from shown memories. Citations are aliases, checked by the
+/// caller against what was shown.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ComposedAnswer {
+    pub answer: String,
+    pub known: bool,
+    pub citations: Vec<String>,
+    pub usage: Usage,
+}
+
+/// Writes an answer to a question from the memories it is shown and nothing else.
+#[async_trait]
+pub trait Answerer: Send + Sync + 'static {
+    fn name(&self) -> &str;
+
+    async fn answer(&self, question: &str, shown: &[ShownMemory]) -> Result<ComposedAnswer>;
+}

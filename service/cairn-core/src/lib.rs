@@ -17,8 +17,8 @@ pub mod store;
 pub mod text;
 
 pub use consolidate::{
-    CandidateFact, CandidatePlaybook, Extraction, ExtractionInput, Extractor, Judge, Judgement, ShownFact,
-    Usage, Verdict,
+    Answerer, CandidateFact, CandidatePlaybook, ComposedAnswer, Extraction, ExtractionInput, Extractor,
+    Judge, Judgement, ShownFact, ShownMemory, Usage, Verdict,
 };
 pub use embed::{Embedder, cosine};
 pub use error::{Error, ErrorCode, Result};

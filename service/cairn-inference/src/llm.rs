@@ -1,4 +1,4 @@
-//! LLM providers for consolidation: OpenAI-compatible chat completions (OpenAI, Azure
+//! LLM providers for consolidation and answers: OpenAI-compatible chat completions (OpenAI, Azure
 //! OpenAI, Ollama, vLLM, LM Studio) with JSON-schema structured output, and Anthropic
 //! messages with a forced tool call. Timeouts, bounded retries with backoff on 429 and
 //! 5xx (honouring `Retry-After`), lenient JSON parsing with one corrective retry, and
@@ -6,8 +6,8 @@
 
 use async_trait::async_trait;
 use cairn_core::{
-    CandidateFact, CandidatePlaybook, Error, Extraction, ExtractionInput, Extractor, FactType, Judge,
-    Judgement, Result, ShownFact, Usage, Verdict,
+    Answerer, CandidateFact, CandidatePlaybook, ComposedAnswer, Error, Extraction, ExtractionInput,
+    Extractor, FactType, Judge, Judgement, Result, ShownFact, ShownMemory, Usage, Verdict,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -643,6 +643,69 @@ impl Judge for LlmJudge {
         Ok(Judgement {
             verdict,
             reason,
+            usage: reply.usage,
+        })
+    }
+}
+
+const ANSWER_SYSTEM: &str = "You answer a question about one user from their memories, shown under \
+aliases with the time each was said or learned, and from nothing else. Every claim in the answer must \
+come from a memory, and citations lists the alias of every memory the answer uses. When the memories \
+do not answer the question, set known to false, leave the answer empty and cite nothing; never guess. \
+When memories disagree, prefer the most recent one.";
+
+fn answer_schema() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["answer", "known", "citations"],
+        "properties": {
+            "answer": { "type": "string" },
+            "known": { "type": "boolean" },
+            "citations": { "type": "array", "items": { "type": "string" } }
+        }
+    })
+}
+
+/// Answers through an LLM provider, from the memories shown only.
+pub struct LlmAnswerer {
+    client: LlmClient,
+}
+
+impl LlmAnswerer {
+    pub fn new(client: LlmClient) -> Self {
+        LlmAnswerer { client }
+    }
+}
+
+#[async_trait]
+impl Answerer for LlmAnswerer {
+    fn name(&self) -> &str {
+        self.client.name()
+    }
+
+    async fn answer(&self, question: &str, shown: &[ShownMemory]) -> Result<ComposedAnswer> {
+        let mut prompt = format!("Question: {question}\n\nMemories:\n");
+        for memory in shown {
+            prompt.push_str(&format!(
+                "{} [{}]: {}\n",
+                memory.alias,
+                memory.at.to_rfc3339(),
+                memory.text
+            ));
+        }
+        let reply = self
+            .client
+            .structured(ANSWER_SYSTEM, &prompt, "record_answer", &answer_schema())
+            .await?;
+        Ok(ComposedAnswer {
+            answer: reply.value["answer"]
+                .as_str()
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+            known: reply.value["known"].as_bool().unwrap_or(false),
+            citations: strings(&reply.value["citations"]),
             usage: reply.usage,
         })
     }

@@ -252,10 +252,12 @@ pub fn build_cairn(config: &Config, store: Arc<dyn MemoryStore>) -> anyhow::Resu
     let mut cairn = Cairn::new(store, Some(Arc::new(embedder)), settings);
     if let Some(llm) = config.llm() {
         let client = cairn_inference::llm::LlmClient::new(llm)?;
-        cairn = cairn.with_consolidator(Consolidator::new(
-            Arc::new(cairn_inference::llm::LlmExtractor::new(client.clone())),
-            Arc::new(cairn_inference::llm::LlmJudge::new(client)),
-        ));
+        cairn = cairn
+            .with_consolidator(Consolidator::new(
+                Arc::new(cairn_inference::llm::LlmExtractor::new(client.clone())),
+                Arc::new(cairn_inference::llm::LlmJudge::new(client.clone())),
+            ))
+            .with_answerer(Arc::new(cairn_inference::llm::LlmAnswerer::new(client)));
     }
     if let Some(url) = &config.rerank_url {
         let reranker = rerank::RemoteReranker::new(

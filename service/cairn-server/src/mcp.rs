@@ -9,7 +9,7 @@ use actix_web::body::BoxBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, web};
-use cairn_app::{Cairn, ProfileRequest, RecallRequest, RequestContext as CallContext};
+use cairn_app::{AnswerRequest, Cairn, ProfileRequest, RecallRequest, RequestContext as CallContext};
 use cairn_core::{Error, Permission, Principal, Scope};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -120,6 +120,15 @@ pub struct RecallArgs {
     pub tiers: Option<Vec<String>>,
     /// Also return superseded facts, marked as such.
     pub include_history: Option<bool>,
+    /// The user, when the token is not bound to one.
+    pub user: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerArgs {
+    /// The question about the user, in natural language.
+    pub query: String,
     /// The user, when the token is not bound to one.
     pub user: Option<String>,
 }
@@ -287,6 +296,34 @@ impl CairnMcp {
                 )
             }));
             Ok((wire::recall_response(&result), summary))
+        }
+        .await;
+        Ok(finish(outcome, &caller))
+    }
+
+    #[tool(
+        description = "Answer a question about the user from memory alone. Returns the answer with the ids of the memories that support it, or known: false when the memories do not say (then do not guess).",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn answer_from_memory(
+        &self,
+        Parameters(args): Parameters<AnswerArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let caller = caller(&context)?;
+        let outcome = async {
+            let scope = caller.scope(args.user.as_deref(), Permission::Read)?;
+            let request = AnswerRequest {
+                query: args.query,
+                as_of: None,
+            };
+            let answer = self.cairn.answer(&scope, request).await?;
+            let summary = if answer.known {
+                format!("{} (cited: {})", answer.answer, answer.citations.join(", "))
+            } else {
+                "Not known from memory.".to_owned()
+            };
+            Ok((wire::answer_response(answer), summary))
         }
         .await;
         Ok(finish(outcome, &caller))

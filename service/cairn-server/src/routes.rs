@@ -273,6 +273,21 @@ pub const ROUTES: &[Route] = &[
         tag: "recall",
     },
     Route {
+        method: "POST",
+        path: "/v1/users/{user}/answer",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::AnswerResponse>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::AnswerBody>,
+            required: true,
+            example: Some(r#"{"query": "what is the user's dog called?"}"#),
+        }),
+        query: None,
+        summary: "Answer a question from memory alone, citing the memories, or say it is not known",
+        operation_id: "answer",
+        tag: "recall",
+    },
+    Route {
         method: "GET",
         path: "/v1/users/{user}/profile",
         permission: Some(Permission::Read),
@@ -505,6 +520,7 @@ pub fn register(config: &mut web::ServiceConfig) {
                 .route("/playbooks/{id}/versions", web::post().to(new_playbook_version))
                 .route("/playbooks/{id}/outcome", web::post().to(record_outcome))
                 .route("/recall", web::post().to(recall))
+                .route("/answer", web::post().to(answer))
                 .route("/profile", web::get().to(profile))
                 .route("/consolidate", web::post().to(consolidate))
                 .route("/decisions", web::get().to(decisions))
@@ -869,6 +885,20 @@ async fn recall(
         .recall(&scope, body.into_inner().0.into_request()?)
         .await?;
     Ok(HttpResponse::Ok().json(wire::recall_response(&result)))
+}
+
+async fn answer(
+    caller: Authenticated,
+    user: UserPath,
+    body: web::Json<wire::Object<wire::AnswerBody>>,
+    state: State,
+) -> Reply {
+    let scope = caller.scope(&user, Permission::Read)?;
+    let answer = state
+        .cairn
+        .answer(&scope, body.into_inner().0.into_request()?)
+        .await?;
+    Ok(HttpResponse::Ok().json(wire::answer_response(answer)))
 }
 
 async fn profile(

@@ -3,9 +3,9 @@
 //! MCP tools answer with the same response types.
 
 use cairn_app::{
-    ConsolidateMode, ConsolidateOptions, ConsolidationOutcome, Contradiction, Explanation, FactInput,
-    FactWriteOutcome, IngestOutcome, IngestRequest, Message, PlaybookInput, PlaybookVersionInput, Profile,
-    RecallHit, RecallRequest, RecallResult, Role,
+    Answer, AnswerRequest, ConsolidateMode, ConsolidateOptions, ConsolidationOutcome, Contradiction,
+    Explanation, FactInput, FactWriteOutcome, IngestOutcome, IngestRequest, Message, PlaybookInput,
+    PlaybookVersionInput, Profile, RecallHit, RecallRequest, RecallResult, Role,
 };
 use cairn_core::{
     AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, ErasureReceipt, Error, Fact, FactStatus,
@@ -1038,6 +1038,43 @@ impl ProfileQuery {
             k: self.k,
             max_tokens: self.max_tokens,
         })
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerBody {
+    #[schemars(length(min = 1), regex(pattern = r"\S"))]
+    pub query: String,
+    /// Answer from what was current at this time (default now).
+    #[schemars(extend("format" = "date-time"))]
+    pub as_of: Option<String>,
+}
+
+impl AnswerBody {
+    pub fn into_request(self) -> Result<AnswerRequest, Error> {
+        Ok(AnswerRequest {
+            as_of: utc("as_of", self.as_of.as_deref())?,
+            query: self.query,
+        })
+    }
+}
+
+/// An answer from memory alone, or `known: false` when the memories do not support one.
+#[derive(Serialize, JsonSchema)]
+pub struct AnswerResponse {
+    /// The answer; empty when not known. Offline it is the best supporting sentence.
+    pub answer: String,
+    pub known: bool,
+    /// Ids of the memories (facts, episodes) that support the answer, best first.
+    pub citations: Vec<String>,
+}
+
+pub fn answer_response(answer: Answer) -> AnswerResponse {
+    AnswerResponse {
+        answer: answer.answer,
+        known: answer.known,
+        citations: answer.citations,
     }
 }
 

@@ -1554,6 +1554,104 @@ async fn profile_and_time_travel() {
     );
 }
 
+#[actix_web::test]
+async fn answers_cite_their_memories_or_say_they_are_not_known() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (_, dog) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user's dog is a greyhound called Pepper", "fact_type": "world" }),
+    )
+    .await;
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user works as a nurse in Leeds", "fact_type": "identity" }),
+    )
+    .await;
+    let ask = |user: &'static str, bearer: String, body: Value| async move {
+        call(
+            service,
+            Method::POST,
+            &format!("/v1/users/{user}/answer"),
+            Some(&bearer),
+            Some(body),
+        )
+        .await
+    };
+    let (status, known, _) = ask(
+        "u1",
+        token("acme", "memory:read"),
+        json!({ "query": "What is the name of my dog?" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{known}");
+    assert_eq!(known["known"], true, "{known}");
+    assert_eq!(known["citations"][0], dog["fact"]["id"], "{known}");
+    assert!(
+        known["answer"].as_str().is_some_and(|a| a.contains("Pepper")),
+        "{known}"
+    );
+
+    let (_, unknown, _) = ask(
+        "u1",
+        owner.clone(),
+        json!({ "query": "Which guitar brand do I play?" }),
+    )
+    .await;
+    assert_eq!(unknown["known"], false, "{unknown}");
+    assert_eq!(unknown["answer"], "", "{unknown}");
+    assert_eq!(unknown["citations"], json!([]), "{unknown}");
+
+    // Another user's memories, and another tenant's, never answer.
+    let (_, other_user, _) = ask(
+        "u2",
+        owner.clone(),
+        json!({ "query": "What is the name of my dog?" }),
+    )
+    .await;
+    assert_eq!(other_user["known"], false, "{other_user}");
+    let (_, other_tenant, _) = ask(
+        "u1",
+        token("globex", ALL),
+        json!({ "query": "What is the name of my dog?" }),
+    )
+    .await;
+    assert_eq!(other_tenant["known"], false, "{other_tenant}");
+
+    // As of before the fact was written, nothing was known.
+    let before = (chrono::Utc::now() - chrono::Duration::days(1)).to_rfc3339();
+    let (_, earlier, _) = ask(
+        "u1",
+        owner.clone(),
+        json!({ "query": "What is the name of my dog?", "as_of": before }),
+    )
+    .await;
+    assert_eq!(earlier["known"], false, "{earlier}");
+
+    for (body, field) in [
+        (json!({ "query": "  " }), "query"),
+        (json!({ "query": "dog", "as_of": "yesterday" }), "as_of"),
+        (json!({ "query": "dog", "k": 3 }), ""),
+    ] {
+        let (status, error, _) = ask("u1", owner.clone(), body.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body} -> {error}");
+        assert_error_shape(&error);
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(field)),
+            "{error}"
+        );
+    }
+    let (status, _, _) = ask("u1", token("acme", "memory:write"), json!({ "query": "dog" })).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
 /// A fake rerank service on loopback: scores 1.0 for documents containing `favoured`,
 /// 0.0 otherwise; or answers 500 when `broken`.
 async fn fake_reranker(favoured: &'static str, broken: bool) -> String {

@@ -17,6 +17,7 @@ from ._errors import (
 )
 from ._models import (
     AuditEvent,
+    Answer,
     Consolidation,
     Decision,
     Episode,
@@ -42,6 +43,6 @@ __all__ = [
     "AuthenticationError", "CairnError", "ConflictError", "ConnectionFailed", "InvalidRequestError",
     "NotFoundError", "PayloadTooLargeError", "PermissionDeniedError", "ProviderError", "RateLimitError",
     "ServerError", "UnavailableError",
-    "AuditEvent", "Consolidation", "Decision", "Episode", "ErasureReceipt", "Explanation", "Fact", "FactWrite",
+    "Answer", "AuditEvent", "Consolidation", "Decision", "Episode", "ErasureReceipt", "Explanation", "Fact", "FactWrite",
     "ImportResult", "IngestResult", "Job", "Playbook", "Profile", "RecallHit", "RecallResult", "Tombstone", "UserSummary",
 ]

@@ -210,6 +210,11 @@ class _Endpoints:
                        "fact_types": list(fact_types) if fact_types else None, "session_id": session_id})
         return self._send("POST", f"{self._user(user)}/recall", json=body, model=models.RecallResult)
 
+    def answer(self, user: str, query: str, *, as_of: Optional[Union[datetime, str]] = None) -> models.Answer:
+        """Answers `query` from memory alone, citing memory ids, or `known=False`."""
+        body = _clean({"query": query, "as_of": _time(as_of)})
+        return self._send("POST", f"{self._user(user)}/answer", json=body, model=models.Answer)
+
     def profile(self, user: str, *, query: Optional[str] = None, k: Optional[int] = None,
                 as_of: Optional[Union[datetime, str]] = None, max_tokens: Optional[int] = None) -> models.Profile:
         """Lasting and recent facts, optional recall hits, and a context block for a prompt."""

@@ -160,6 +160,16 @@ class RecallResult:
 
 
 @dataclass
+class Answer:
+    """An answer from memory alone: `known` is False, with no answer and no citations,
+    when the memories do not support one."""
+
+    answer: str
+    known: bool
+    citations: List[str]
+
+
+@dataclass
 class Profile:
     static: List[Fact]
     dynamic: List[Fact]

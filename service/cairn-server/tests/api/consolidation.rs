@@ -31,6 +31,8 @@ pub struct Script {
     pub extract: Vec<(&'static str, Vec<ScriptedFact>)>,
     /// (candidate text contains, verdict, target: a substring of a shown fact, or a raw alias)
     pub judge: Vec<(&'static str, &'static str, Target)>,
+    /// (question contains, answer — empty for not known, cited memories)
+    pub answers: Vec<(&'static str, &'static str, Vec<Target>)>,
     pub faults: VecDeque<Fault>,
     pub calls: usize,
 }
@@ -45,7 +47,35 @@ pub enum Target {
 
 pub type SharedScript = Arc<Mutex<Script>>;
 
+/// The alias of the shown memory (`m1 [time]: text`) containing `text`.
+fn memory_alias(prompt: &str, text: &str) -> Option<String> {
+    prompt
+        .lines()
+        .filter_map(|line| line.split_once("]: "))
+        .find(|(_, memory)| memory.contains(text))
+        .and_then(|(head, _)| head.split_whitespace().next())
+        .map(str::to_owned)
+}
+
 fn answer(script: &mut Script, prompt: &str) -> Value {
+    if let Some(question) = prompt.strip_prefix("Question: ") {
+        let question = question.lines().next().unwrap_or_default();
+        let Some((_, said, cited)) = script
+            .answers
+            .iter()
+            .find(|(needle, _, _)| question.contains(needle))
+        else {
+            return json!({ "answer": "", "known": false, "citations": [] });
+        };
+        let citations: Vec<Value> = cited
+            .iter()
+            .filter_map(|target| match target {
+                Target::Raw(raw) => Some(json!(raw)),
+                Target::Shown(text) => memory_alias(prompt, text).map(Value::from),
+            })
+            .collect();
+        return json!({ "answer": said, "known": !said.is_empty(), "citations": citations });
+    }
     if let Some(candidate) = prompt.strip_prefix("Candidate: ") {
         let candidate = candidate.lines().next().unwrap_or_default();
         let rule = script
@@ -238,11 +268,12 @@ macro_rules! decisions {
     };
 }
 
-/// The user's facts once the background worker has written some (polls for 5 s).
+/// The user's facts once the background worker has written some (polls for up to 30 s:
+/// the worker's retries back off, and tests run side by side on few cores).
 macro_rules! facts_eventually {
     ($service:expr, $bearer:expr, $user:expr) => {{
         let mut found = Vec::new();
-        for _ in 0..100 {
+        for _ in 0..600 {
             found = facts!($service, $bearer, $user);
             if !found.is_empty() {
                 break;
@@ -369,6 +400,67 @@ async fn the_sneaker_sequence_ends_with_puma_current_with_a_scripted_openai_prov
 async fn the_sneaker_sequence_ends_with_puma_current_with_a_scripted_anthropic_provider() {
     let script = Arc::new(Mutex::new(sneaker_script()));
     sneaker_sequence(Some(("anthropic", Arc::clone(&script)))).await;
+}
+
+#[actix_web::test]
+async fn with_a_scripted_provider_answers_cite_only_what_was_shown() {
+    let mut script = sneaker_script();
+    script.answers = vec![
+        // Cites the Puma fact, and an alias it was never shown (dropped).
+        (
+            "sneakers",
+            "You switched to Puma.",
+            vec![Target::Shown("Puma"), Target::Raw("m42")],
+        ),
+        // An answer whose only citation was never shown is not supported.
+        ("guitar", "A Fender, probably.", vec![Target::Raw("m42")]),
+        ("birthday", "", vec![]),
+    ];
+    let script = Arc::new(Mutex::new(script));
+    let url = fake_llm(Arc::clone(&script)).await;
+    let harness = harness_with(move |config| llm_config(config, "openai", url)).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    for said in ["I love Adidas sneakers", "I'm switching to Puma"] {
+        ingest!(service, &owner, "sam", [{ "role": "user", "content": said }]);
+    }
+    let puma = facts!(service, &owner, "sam")
+        .into_iter()
+        .find(|fact| fact["text"].as_str().is_some_and(|text| text.contains("Puma")))
+        .expect("the Puma fact");
+    let ask = |query: &'static str| {
+        let owner = owner.clone();
+        async move {
+            let (status, body, _) = call(
+                service,
+                Method::POST,
+                "/v1/users/sam/answer",
+                Some(&owner),
+                Some(json!({ "query": query })),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            body
+        }
+    };
+    let calls = script.lock().expect("lock").calls;
+    let sneakers = ask("Which sneakers do I wear?").await;
+    assert_eq!(sneakers["known"], true, "{sneakers}");
+    assert_eq!(sneakers["answer"], "You switched to Puma.");
+    assert_eq!(
+        sneakers["citations"],
+        json!([puma["id"]]),
+        "only the shown memory is cited"
+    );
+    assert_eq!(
+        script.lock().expect("lock").calls,
+        calls + 1,
+        "one provider call per answer"
+    );
+    let guitar = ask("Which guitar do I play?").await;
+    assert_eq!(guitar, json!({ "answer": "", "known": false, "citations": [] }));
+    let birthday = ask("When is my birthday?").await;
+    assert_eq!(birthday["known"], false, "{birthday}");
 }
 
 #[actix_web::test]

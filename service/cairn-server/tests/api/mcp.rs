@@ -86,6 +86,7 @@ async fn tools_work_end_to_end_over_http() {
     assert_eq!(
         names,
         [
+            "answer_from_memory",
             "forget_memory",
             "get_profile",
             "recall_memory",
@@ -164,6 +165,27 @@ async fn tools_work_end_to_end_over_http() {
         structured(&with_history)["hits"].as_array().map(Vec::len),
         Some(2)
     );
+
+    let answered = call(
+        &client,
+        "answer_from_memory",
+        json!({ "query": "What is my favourite editor?" }),
+    )
+    .await;
+    assert_eq!(answered.is_error, Some(false), "{answered:?}");
+    assert_eq!(structured(&answered)["known"], true, "{answered:?}");
+    assert_eq!(
+        structured(&answered)["citations"][0],
+        second_id.as_str(),
+        "the current fact"
+    );
+    let unknown = call(
+        &client,
+        "answer_from_memory",
+        json!({ "query": "Which city was I born in?" }),
+    )
+    .await;
+    assert_eq!(structured(&unknown)["known"], false, "{unknown:?}");
 
     let profile = call(&client, "get_profile", json!({})).await;
     assert!(
