@@ -80,6 +80,8 @@ def test_every_route_answers_as_its_document_says(make_server):
     assert recalled["hits"] and "explain" in recalled["hits"][0]
     assert {hit["tier"] for hit in recalled["hits"]} >= {"semantic", "episodic"}
     call("GET", f"{base}/profile?query=hiking&k=3", token=reader, expect=200)
+    answered = call("POST", f"{base}/answer", {"query": "where does the user live?"}, token=reader, expect=200)
+    assert answered["known"] is True and answered["citations"], answered
     call("POST", f"{base}/consolidate", {"dry_run": True}, expect=200)
     call("POST", f"{base}/consolidate", raw=b'{"from_start": {}}', expect=422)
     call("POST", f"{base}/consolidate", raw=b'[]', expect=422)

@@ -22,7 +22,8 @@ def test_fact_saved_over_mcp_is_read_over_rest_and_superseded(server):
     async def scenario(session):
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert set(tools) == {"recall_memory", "write_memory", "forget_memory", "retract_memory",
-                              "get_profile", "record_playbook_outcome"}
+                              "get_profile", "record_playbook_outcome", "answer_from_memory"}
+        assert tools["answer_from_memory"].annotations.read_only_hint is True
         assert tools["recall_memory"].annotations.read_only_hint is True
         assert "text" in tools["write_memory"].input_schema["properties"]
 
@@ -38,6 +39,10 @@ def test_fact_saved_over_mcp_is_read_over_rest_and_superseded(server):
         texts = [hit["text"] for hit in recalled.structured_content["hits"]]
         assert texts == ["The user drinks jasmine tea"], texts
         assert "jasmine" in recalled.content[0].text
+        answered = await session.call_tool("answer_from_memory", {"query": "Which tea do I drink?"})
+        assert answered.structured_content["known"] is True, answered
+        assert answered.structured_content["citations"][0] == replaced.structured_content["fact"]["id"]
+        assert "jasmine" in answered.structured_content["answer"]
 
         prompt = await session.get_prompt("context")
         assert "jasmine tea" in prompt.messages[0].content.text
