@@ -1009,6 +1009,49 @@ pub fn tells_a_change(text: &str) -> bool {
     acted || announces_change(text)
 }
 
+/// The names in `text`: capitalised words after its first (Bath, ThinkPad, X1),
+/// lower-cased; "I" is not a name.
+pub fn names(text: &str) -> HashSet<String> {
+    text.split_whitespace()
+        .skip(1)
+        .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric()))
+        .map(|word| word.strip_suffix("'s").unwrap_or(word))
+        .filter(|word| word.chars().next().is_some_and(char::is_uppercase) && *word != "I")
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// The people named together with the user as a subject ("Sam and the user broke up",
+/// "The user's boyfriend Sam and the user live ..."), lower-cased.
+pub fn companions(text: &str) -> HashSet<String> {
+    let Some((before, _)) = text.split_once(" and the user") else {
+        return HashSet::new();
+    };
+    before
+        .split_whitespace()
+        .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric()))
+        .filter(|word| word.chars().next().is_some_and(char::is_uppercase) && *word != "The")
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Whether `candidate` names another value than `old` does: a name `old` lacks, while
+/// `old` has a name the candidate does not repeat ("a house in Bath" against "a flat in
+/// Bristol"; "new ThinkPad X1" against "a 2017 MacBook Air").
+pub fn names_another_value(candidate: &str, old: &str) -> bool {
+    let theirs = names(old);
+    let ours = names(candidate);
+    ours.iter().any(|name| !theirs.contains(name)) && theirs.iter().any(|name| !ours.contains(name))
+}
+
+/// Whether `text` presents something as new ("my new ThinkPad", "our new place").
+pub fn says_new(text: &str) -> bool {
+    text.split_whitespace().any(|word| {
+        word.trim_matches(|c: char| !c.is_alphanumeric())
+            .eq_ignore_ascii_case("new")
+    })
+}
+
 /// Whether two texts share a content token (beyond generic words): the same subject.
 pub fn shares_subject(left: &str, right: &str) -> bool {
     let left = content_tokens(left);
@@ -1020,6 +1063,32 @@ pub fn shares_subject(left: &str, right: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_named_value_is_told_apart_from_a_repeated_one() {
+        assert!(names_another_value(
+            "The user bought a house in Bath with a garden.",
+            "The user lives in a one-bed flat in Bristol."
+        ));
+        assert!(names_another_value(
+            "The user's new ThinkPad X1 arrived today, the MacBook goes to their niece.",
+            "The user codes on a 2017 MacBook Air."
+        ));
+        assert!(!names_another_value(
+            "The user went to the Louvre in Paris.",
+            "The user lives in Paris."
+        ));
+        assert!(!names_another_value(
+            "The user loves hiking.",
+            "The user lives in Paris."
+        ));
+        assert!(says_new("our new place") && !says_new("renewed"));
+        assert_eq!(
+            companions("Sam and the user broke up last week."),
+            HashSet::from(["sam".to_owned()])
+        );
+        assert!(companions("The user moved to Berlin.").is_empty());
+    }
 
     #[test]
     fn verbs_agree_with_a_third_person_subject() {

@@ -136,12 +136,16 @@ pub fn clauses(text: &str) -> Vec<String> {
                 bare.as_str(),
                 "and" | "but" | "so" | "although" | "though" | "while"
             );
-            // "My boyfriend Sam and I live ..." is one statement with a compound subject.
+            // "My boyfriend Sam and I live ...", "Sam and I broke up": one statement with
+            // a compound subject.
             let compound_subject = bare == "and"
                 && current.len() <= 3
-                && current
+                && (current
                     .first()
-                    .is_some_and(|first| matches!(first.to_lowercase().as_str(), "my" | "our"));
+                    .is_some_and(|first| matches!(first.to_lowercase().as_str(), "my" | "our"))
+                    || current
+                        .iter()
+                        .all(|word| word.chars().next().is_some_and(char::is_uppercase)));
             if conjunction && starts_statement && !current.is_empty() && !compound_subject {
                 result.push(current.join(" ").trim_end_matches(',').to_owned());
                 current.clear();
@@ -637,6 +641,9 @@ const EXTENDS_SIMILARITY: f32 = 0.75;
 
 /// At or above this similarity, a change told as an event replaces a lasting fact.
 const CHANGE_SIMILARITY: f32 = 0.45;
+/// The same, when the change names another value than the fact ("ported my number to
+/// Lebara" against "on a Vodafone contract").
+const NAMED_CHANGE_SIMILARITY: f32 = 0.35;
 
 #[async_trait::async_trait]
 impl Judge for OfflineJudge {
@@ -688,6 +695,23 @@ impl Judge for OfflineJudge {
                 ));
             }
         }
+        // A change the user announces together with someone named in a lasting fact ("Sam
+        // and I broke up" against "my boyfriend Sam and I live together") ends that fact.
+        if changing {
+            let named = language::companions(&candidate.text);
+            if let Some(holder) = ranked.iter().find(|shown_fact| {
+                shown_fact.fact.fact_type != FactType::Event
+                    && !named.is_empty()
+                    && language::names(&shown_fact.fact.text)
+                        .iter()
+                        .any(|name| named.contains(name))
+            }) {
+                return Ok(judgement(
+                    Verdict::Updates(holder.alias.clone()),
+                    "a change announced about a name the fact holds".to_owned(),
+                ));
+            }
+        }
         // A change to another kind of the same thing ("transferred to the search team"
         // against "on the ads team", "night shifts" against "day shifts") replaces the
         // lasting fact that held the old kind, unless the candidate still names it.
@@ -719,7 +743,12 @@ impl Judge for OfflineJudge {
             && let Some(closest) = ranked
                 .iter()
                 .find(|shown_fact| shown_fact.fact.fact_type != FactType::Event)
-            && closest.similarity.unwrap_or(0.0) >= CHANGE_SIMILARITY
+            && closest.similarity.unwrap_or(0.0)
+                >= if language::names_another_value(&candidate.text, &closest.fact.text) {
+                    NAMED_CHANGE_SIMILARITY
+                } else {
+                    CHANGE_SIMILARITY
+                }
             && candidate_slot.is_none()
         {
             return Ok(judgement(
@@ -743,6 +772,19 @@ impl Judge for OfflineJudge {
                 let event_meets_lasting =
                     candidate.fact_type == FactType::Event && shown_fact.fact.fact_type != FactType::Event;
                 let alias = shown_fact.alias.clone();
+                // An event that moves the slot to another named value ("bought a house in
+                // Bath" against "a flat in Bristol", "my new ThinkPad" against "a MacBook
+                // Air") replaces it.
+                if event_meets_lasting
+                    && !keeps_value
+                    && (language::tells_a_change(&candidate.text) || language::says_new(&candidate.text))
+                    && language::names_another_value(&candidate.text, &shown_fact.fact.text)
+                {
+                    return Ok(judgement(
+                        Verdict::Updates(alias),
+                        format!("same {} slot; a change to another named value", slot.name()),
+                    ));
+                }
                 if (event_meets_lasting || keeps_value) && !changing {
                     return Ok(judgement(
                         Verdict::Extends(alias),
@@ -835,6 +877,10 @@ mod tests {
         assert_eq!(
             clauses("My boyfriend Sam and I live together in Leeds"),
             vec!["My boyfriend Sam and I live together in Leeds".to_owned()]
+        );
+        assert_eq!(
+            clauses("Sam and I broke up last week"),
+            vec!["Sam and I broke up last week".to_owned()]
         );
     }
 
