@@ -378,6 +378,7 @@ async fn run_scenario(
                     tiers: mode.tiers(),
                     k: Some(K),
                     as_of: Some(as_of),
+                    valid_at: None,
                     include_history: false,
                     explain: false,
                     fact_types: Vec::new(),

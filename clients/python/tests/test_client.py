@@ -63,6 +63,9 @@ def test_every_method_returns_typed_results(service):
     assert all(isinstance(hit, cairn.RecallHit) and hit.explain is not None for hit in result.hits)
     assert any(hit.tier == "semantic" and "Lisbon" in hit.text for hit in result.hits)
     assert {hit.tier for hit in result.hits} <= {"semantic", "episodic"}
+    hiking = lambda at: [h.text for h in client.recall("alice", "hiking", tiers=["semantic"], valid_at=at).hits
+                         if "hiking" in h.text]
+    assert hiking(datetime(2026, 5, 2)) and not hiking(datetime(2026, 4, 30)), "valid from when it was said"
     answer = client.answer("alice", "Which city did I move to?")
     assert isinstance(answer, cairn.Answer) and answer.known and "Lisbon" in answer.answer and answer.citations
     assert client.answer("alice", "What is my favourite guitar brand?") == cairn.Answer("", False, [])

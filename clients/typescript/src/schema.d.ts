@@ -835,9 +835,15 @@ export interface components {
             k?: number | null;
             /**
              * Format: date-time
-             * @description Recall what was current at this time (default now).
+             * @description Recall what Cairn held current at this time (belief time; default now).
              */
             as_of?: string | null;
+            /**
+             * Format: date-time
+             * @description Recall what held in the world at this time (event time): facts whose validity
+             *     contains it, superseded since or not, and episodes said by then.
+             */
+            valid_at?: string | null;
             /**
              * @description Also superseded, retracted and expired facts, marked with their status.
              * @default false

@@ -237,6 +237,7 @@ impl Cairn {
                             fact_id: old.id.clone(),
                             superseded_by: fact.id.clone(),
                             at: created_at,
+                            valid_to: Some(fact.valid_from.unwrap_or(created_at)),
                         });
                         changes.push(Change::InsertEdge(Edge {
                             from_fact_id: fact.id.clone(),
@@ -339,6 +340,7 @@ impl Cairn {
                     tier: Tier::Episodic,
                     as_of: now(),
                     include_history: false,
+                    valid_at: None,
                     fact_types: Vec::new(),
                     session_id: None,
                     limit: RESTATEMENT_CANDIDATES,

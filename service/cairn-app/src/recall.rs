@@ -167,7 +167,11 @@ pub struct RecallRequest {
     pub query: String,
     pub tiers: Vec<Tier>,
     pub k: Option<usize>,
+    /// Belief time: what Cairn held current at this time (default now).
     pub as_of: Option<DateTime<Utc>>,
+    /// Event time: what held in the world at this time, by the facts' validity (from
+    /// the episodes they came from, or the dates they state), superseded since or not.
+    pub valid_at: Option<DateTime<Utc>>,
     pub include_history: bool,
     pub explain: bool,
     pub fact_types: Vec<FactType>,
@@ -181,6 +185,7 @@ impl RecallRequest {
             tiers: Vec::new(),
             k: None,
             as_of: None,
+            valid_at: None,
             include_history: false,
             explain: false,
             fact_types: Vec::new(),
@@ -251,6 +256,7 @@ impl Cairn {
                 tier: *tier,
                 as_of,
                 include_history: request.include_history,
+                valid_at: request.valid_at,
                 fact_types: fact_types.clone(),
                 session_id: session_id.clone(),
                 limit: self.settings.candidates_per_leg,

@@ -50,6 +50,10 @@ pub enum Change {
         fact_id: String,
         superseded_by: String,
         at: DateTime<Utc>,
+        /// When the old fact stopped holding in the world (event time, the new fact's
+        /// `valid_from`): it becomes the old fact's `valid_to` when that is unset and
+        /// later than its `valid_from`.
+        valid_to: Option<DateTime<Utc>>,
     },
     /// Precondition: the fact is in scope and active or superseded.
     RetractFact {
@@ -174,6 +178,10 @@ pub struct SearchFilter {
     pub as_of: DateTime<Utc>,
     /// Also return facts superseded by `as_of`.
     pub include_history: bool,
+    /// Event time: facts that held in the world at this time (their validity interval
+    /// and expiry contain it), superseded since or not, and episodes said by then.
+    /// Without it, validity and expiry are tested at `as_of`.
+    pub valid_at: Option<DateTime<Utc>>,
     pub fact_types: Vec<FactType>,
     pub session_id: Option<String>,
     pub limit: usize,

@@ -797,9 +797,13 @@ pub struct RecallBody {
     /// Hits to return (default 10).
     #[schemars(range(min = 1, max = 100))]
     pub k: Option<usize>,
-    /// Recall what was current at this time (default now).
+    /// Recall what Cairn held current at this time (belief time; default now).
     #[schemars(extend("format" = "date-time"))]
     pub as_of: Option<String>,
+    /// Recall what held in the world at this time (event time): facts whose validity
+    /// contains it, superseded since or not, and episodes said by then.
+    #[schemars(extend("format" = "date-time"))]
+    pub valid_at: Option<String>,
     /// Also superseded, retracted and expired facts, marked with their status.
     #[serde(default)]
     pub include_history: bool,
@@ -858,6 +862,7 @@ impl RecallBody {
             query: self.query,
             k: self.k,
             as_of: utc("as_of", self.as_of.as_deref())?,
+            valid_at: utc("valid_at", self.valid_at.as_deref())?,
             include_history: self.include_history,
             explain: self.explain,
             fact_types: parse_fact_types(self.fact_types.as_deref())?,

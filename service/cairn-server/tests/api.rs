@@ -1652,6 +1652,125 @@ async fn answers_cite_their_memories_or_say_they_are_not_known() {
     assert_eq!(status, StatusCode::FORBIDDEN);
 }
 
+#[actix_web::test]
+async fn a_backfilled_history_answers_on_both_clocks() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    // Last year's conversation, ingested today.
+    let mut between = None;
+    for (said, at) in [
+        ("I live in Porto", "2025-03-01T10:00:00Z"),
+        (
+            "I just moved to Lisbon for a job at Nimbus",
+            "2025-09-01T10:00:00Z",
+        ),
+    ] {
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/u1/episodes",
+            Some(&owner),
+            Some(json!({ "consolidate": "sync",
+                "messages": [{ "role": "user", "content": said, "timestamp": at }] })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        if between.is_none() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            between = Some(chrono::Utc::now().to_rfc3339());
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+    let (_, facts, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/facts?status=all",
+        Some(&owner),
+        None,
+    )
+    .await;
+    let porto = facts["items"]
+        .as_array()
+        .expect("facts")
+        .iter()
+        .find(|fact| fact["text"].as_str().is_some_and(|text| text.contains("Porto")))
+        .cloned()
+        .expect("the Porto fact");
+    assert_eq!(porto["status"], "superseded", "{facts}");
+    assert_eq!(
+        porto["valid_from"], "2025-03-01T10:00:00.000000Z",
+        "from when it was said"
+    );
+    assert_eq!(
+        porto["valid_to"], "2025-09-01T10:00:00.000000Z",
+        "until the move was said"
+    );
+
+    let owner = &owner;
+    let lives = |body: Value| async move {
+        let (status, hits, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/u1/recall",
+            Some(owner),
+            Some(body),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{hits}");
+        hits["hits"]
+            .as_array()
+            .expect("hits")
+            .iter()
+            .filter_map(|hit| hit["text"].as_str().map(str::to_owned))
+            .collect::<Vec<String>>()
+    };
+    let query = "where does the user live";
+    let then =
+        lives(json!({ "query": query, "tiers": ["semantic"], "valid_at": "2025-05-01T00:00:00Z" })).await;
+    assert!(then.iter().any(|text| text.contains("Porto")), "{then:?}");
+    assert!(!then.iter().any(|text| text.contains("Lisbon")), "{then:?}");
+    let since =
+        lives(json!({ "query": query, "tiers": ["semantic"], "valid_at": "2025-10-01T00:00:00Z" })).await;
+    assert!(since.iter().any(|text| text.contains("Lisbon")), "{since:?}");
+    assert!(!since.iter().any(|text| text.contains("Porto")), "{since:?}");
+    let now = lives(json!({ "query": query, "tiers": ["semantic"] })).await;
+    assert!(
+        now.iter().any(|text| text.contains("Lisbon")) && !now.iter().any(|text| text.contains("Porto")),
+        "{now:?}"
+    );
+    // Belief time: Cairn learned all of it today, so as of last year it knew nothing.
+    let believed = lives(json!({ "query": query, "as_of": "2025-05-01T00:00:00Z" })).await;
+    assert!(believed.is_empty(), "{believed:?}");
+    // Both clocks: as believed between the two ingests, what held last May.
+    let both = lives(json!({ "query": query, "tiers": ["semantic"], "as_of": between, "valid_at": "2025-05-01T00:00:00Z" })).await;
+    assert!(both.iter().any(|text| text.contains("Porto")), "{both:?}");
+    assert!(
+        !both.iter().any(|text| text.contains("Lisbon")),
+        "not yet learned: {both:?}"
+    );
+    // Episodes by event time: only what had been said by then.
+    let episodes =
+        lives(json!({ "query": "Lisbon Porto", "tiers": ["episodic"], "valid_at": "2025-05-01T00:00:00Z" }))
+            .await;
+    assert_eq!(episodes, ["I live in Porto"]);
+    let (status, error, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(owner),
+        Some(json!({ "query": query, "valid_at": "last spring" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("valid_at")),
+        "{error}"
+    );
+}
+
 /// A fake rerank service on loopback: scores 1.0 for documents containing `favoured`,
 /// 0.0 otherwise; or answers 500 when `broken`.
 async fn fake_reranker(favoured: &'static str, broken: bool) -> String {

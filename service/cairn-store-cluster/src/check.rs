@@ -21,6 +21,7 @@ impl ClusterStore {
                     fact_id,
                     superseded_by,
                     at,
+                    valid_to,
                 } => {
                     let doc = self.fact_doc(scope, fact_id).await?;
                     let fact = records::read_fact(&doc.source)?;
@@ -34,6 +35,12 @@ impl ClusterStore {
                     after["status"] = json!("superseded");
                     after["superseded_at"] = json!(docs::micros(*at));
                     after["superseded_by"] = json!(superseded_by);
+                    if let Some(to) = valid_to
+                        && fact.valid_to.is_none()
+                        && fact.valid_from.is_none_or(|from| from < *to)
+                    {
+                        after["valid_to"] = json!(docs::micros(*to));
+                    }
                     updates.push(Update::new("facts", fact_id.clone(), Some(doc), after));
                 }
                 Change::RetractFact { fact_id, reason, at } => {

@@ -31,23 +31,31 @@ fn missing_or(field: &str, condition: Value) -> Value {
 pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
     let mut conditions = scope_filter(scope);
     let as_of = micros(filter.as_of);
+    // Validity and expiry are event time: `valid_at` when asked, else `as_of`.
+    let event = micros(filter.valid_at.unwrap_or(filter.as_of));
     match filter.tier {
         Tier::Semantic => {
             conditions.push(json!({ "terms": { "status": ["active", "superseded"] } }));
             conditions.push(json!({ "range": { "created_at": { "lte": as_of } } }));
             conditions.push(missing_or(
                 "expires_at",
-                json!({ "range": { "expires_at": { "gt": as_of } } }),
+                json!({ "range": { "expires_at": { "gt": event } } }),
             ));
             conditions.push(missing_or(
                 "valid_from",
-                json!({ "range": { "valid_from": { "lte": as_of } } }),
+                json!({ "range": { "valid_from": { "lte": event } } }),
             ));
-            conditions.push(missing_or(
-                "valid_to",
-                json!({ "range": { "valid_to": { "gt": as_of } } }),
-            ));
-            if !filter.include_history {
+            if filter.valid_at.is_some() {
+                // What held then, whether or not it has been superseded since.
+                conditions.push(missing_or(
+                    "valid_to",
+                    json!({ "range": { "valid_to": { "gt": event } } }),
+                ));
+            } else if !filter.include_history {
+                conditions.push(missing_or(
+                    "valid_to",
+                    json!({ "range": { "valid_to": { "gt": as_of } } }),
+                ));
                 conditions.push(missing_or(
                     "superseded_at",
                     json!({ "range": { "superseded_at": { "gt": as_of } } }),
@@ -60,6 +68,13 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
         }
         Tier::Episodic => {
             conditions.push(json!({ "range": { "ingested_at": { "lte": as_of } } }));
+            if filter.valid_at.is_some() {
+                // Said by then (a timestamp after ingestion counts as the ingestion).
+                conditions.push(json!({ "bool": { "should": [
+                    { "range": { "occurred_at": { "lte": event } } },
+                    { "range": { "ingested_at": { "lte": event } } }
+                ], "minimum_should_match": 1 } }));
+            }
             if let Some(session) = &filter.session_id {
                 conditions.push(json!({ "term": { "session_id": session } }));
             }

@@ -58,18 +58,22 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
             fact_id,
             superseded_by,
             at,
+            valid_to,
         } => {
             require_fact_status(transaction, scope, fact_id, &["active"])?;
             transaction
                 .execute(
-                    "UPDATE facts SET status = 'superseded', superseded_at = ?1, superseded_by = ?2 \
+                    "UPDATE facts SET status = 'superseded', superseded_at = ?1, superseded_by = ?2, \
+                     valid_to = CASE WHEN valid_to IS NULL AND (valid_from IS NULL OR valid_from < ?6) \
+                     THEN ?6 ELSE valid_to END \
                      WHERE id = ?3 AND tenant = ?4 AND user_id = ?5 AND status = 'active'",
                     params![
                         micros(*at),
                         superseded_by,
                         fact_id,
                         scope.tenant().as_str(),
-                        scope.user().as_str()
+                        scope.user().as_str(),
+                        optional_micros(*valid_to)
                     ],
                 )
                 .map_err(storage)?;

@@ -43,18 +43,26 @@ fn restrictions(scope: &Scope, restrict: &SearchFilter, parameters: &mut Vec<Val
     let tenant = bind(parameters, Value::Text(scope.tenant().as_str().to_owned()));
     let user = bind(parameters, Value::Text(scope.user().as_str().to_owned()));
     let as_of = bind(parameters, Value::Integer(micros(restrict.as_of)));
+    // Validity and expiry are event time: `valid_at` when asked, else `as_of`.
+    let event = match restrict.valid_at {
+        Some(valid_at) => bind(parameters, Value::Integer(micros(valid_at))),
+        None => as_of.clone(),
+    };
     match restrict.tier {
         Tier::Semantic => {
             let mut conditions = format!(
                 "f.tenant = {tenant} AND f.user_id = {user} AND f.created_at <= {as_of} \
                  AND f.status IN ('active', 'superseded') \
-                 AND (f.expires_at IS NULL OR f.expires_at > {as_of}) \
-                 AND (f.valid_from IS NULL OR f.valid_from <= {as_of}) \
-                 AND (f.valid_to IS NULL OR f.valid_to > {as_of})"
+                 AND (f.expires_at IS NULL OR f.expires_at > {event}) \
+                 AND (f.valid_from IS NULL OR f.valid_from <= {event})"
             );
-            if !restrict.include_history {
+            if restrict.valid_at.is_some() {
+                // What held then, whether or not it has been superseded since.
+                conditions.push_str(&format!(" AND (f.valid_to IS NULL OR f.valid_to > {event})"));
+            } else if !restrict.include_history {
                 conditions.push_str(&format!(
-                    " AND (f.superseded_at IS NULL OR f.superseded_at > {as_of})"
+                    " AND (f.valid_to IS NULL OR f.valid_to > {as_of}) \
+                     AND (f.superseded_at IS NULL OR f.superseded_at > {as_of})"
                 ));
             }
             if !restrict.fact_types.is_empty() {
@@ -70,6 +78,9 @@ fn restrictions(scope: &Scope, restrict: &SearchFilter, parameters: &mut Vec<Val
         Tier::Episodic => {
             let mut conditions =
                 format!("e.tenant = {tenant} AND e.user_id = {user} AND e.ingested_at <= {as_of}");
+            if restrict.valid_at.is_some() {
+                conditions.push_str(&format!(" AND MIN(e.occurred_at, e.ingested_at) <= {event}"));
+            }
             if let Some(session_id) = &restrict.session_id {
                 let session = bind(parameters, Value::Text(session_id.clone()));
                 conditions.push_str(&format!(" AND e.session_id = {session}"));
@@ -368,7 +379,8 @@ fn index_columns(tier: Tier) -> &'static str {
              status IN ('active', 'superseded') FROM facts"
         }
         Tier::Episodic => {
-            "SELECT seq, ingested_at, NULL, NULL, NULL, NULL, NULL, session_id, embedding, 1 FROM episodes"
+            "SELECT seq, ingested_at, NULL, NULL, MIN(occurred_at, ingested_at), NULL, NULL, session_id, embedding, 1 \
+             FROM episodes"
         }
         Tier::Procedural => {
             "SELECT seq, created_at, NULL, NULL, NULL, NULL, NULL, NULL, embedding, 1 FROM playbooks"
@@ -391,7 +403,8 @@ fn index_row(row: &rusqlite::Row<'_>) -> Result<(Currency, Option<Vec<f32>>)> {
     let currency = Currency {
         seq: row.get(0).map_err(storage)?,
         known_from: row.get(1).map_err(storage)?,
-        until: bound(2, i64::MAX)?.min(bound(3, i64::MAX)?),
+        expires: bound(2, i64::MAX)?,
+        valid_to: bound(3, i64::MAX)?,
         valid_from: bound(4, i64::MIN)?,
         superseded_at: bound(5, i64::MAX)?,
         kind,

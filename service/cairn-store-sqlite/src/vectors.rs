@@ -29,8 +29,10 @@ pub struct Currency {
     pub seq: i64,
     /// When the row became known: a fact's or playbook's creation, an episode's ingestion.
     pub known_from: i64,
-    /// The earliest of expiry and the end of validity.
-    pub until: i64,
+    pub expires: i64,
+    /// The end of validity (event time).
+    pub valid_to: i64,
+    /// The start of validity (event time); for episodes, when they were said.
     pub valid_from: i64,
     pub superseded_at: i64,
     /// Bit of the fact type (0 for episodes and playbooks).
@@ -41,10 +43,17 @@ pub struct Currency {
 impl Currency {
     fn admits(&self, conditions: &Conditions<'_>) -> bool {
         let at = conditions.as_of;
+        let event = conditions.event;
+        let held = if conditions.event_time {
+            event < self.valid_to
+        } else {
+            conditions.include_history || at < self.valid_to
+        };
         self.known_from <= at
-            && at < self.until
-            && self.valid_from <= at
-            && (conditions.include_history || at < self.superseded_at)
+            && event < self.expires
+            && self.valid_from <= event
+            && held
+            && (conditions.event_time || conditions.include_history || at < self.superseded_at)
             && (conditions.kinds == 0 || conditions.kinds & (1 << self.kind) != 0)
             && conditions
                 .session
@@ -55,6 +64,9 @@ impl Currency {
 /// The restrictions of a [`SearchFilter`] in the form rows are tested against.
 struct Conditions<'a> {
     as_of: i64,
+    /// `valid_at`, else `as_of`.
+    event: i64,
+    event_time: bool,
     include_history: bool,
     kinds: u32,
     session: Option<&'a str>,
@@ -64,6 +76,8 @@ impl<'a> Conditions<'a> {
     fn of(filter: &'a SearchFilter) -> Self {
         Conditions {
             as_of: micros(filter.as_of),
+            event: micros(filter.valid_at.unwrap_or(filter.as_of)),
+            event_time: filter.valid_at.is_some(),
             include_history: filter.include_history,
             kinds: filter
                 .fact_types
@@ -472,7 +486,8 @@ mod tests {
         Currency {
             seq,
             known_from: 0,
-            until: i64::MAX,
+            expires: i64::MAX,
+            valid_to: i64::MAX,
             valid_from: i64::MIN,
             superseded_at: i64::MAX,
             kind: 0,
@@ -485,6 +500,7 @@ mod tests {
             tier: Tier::Semantic,
             as_of: Utc.timestamp_opt(1_000, 0).single().expect("time"),
             include_history: false,
+            valid_at: None,
             fact_types: Vec::new(),
             session_id: None,
             limit: 10,
@@ -728,7 +744,13 @@ mod tests {
             },
             &vector,
         );
-        index.push(Currency { until: at, ..row(2) }, &vector);
+        index.push(
+            Currency {
+                expires: at,
+                ..row(2)
+            },
+            &vector,
+        );
         index.push(
             Currency {
                 valid_from: at + 1,
@@ -765,6 +787,41 @@ mod tests {
             ..filter()
         };
         assert_eq!(seqs(&history), vec![4, 5, 6]);
+        // At an earlier event time: what held then, superseded since or not; what
+        // expired later had not expired then.
+        let then = SearchFilter {
+            valid_at: Some(filter().as_of - chrono::Duration::microseconds(1)),
+            ..filter()
+        };
+        assert_eq!(seqs(&then), vec![2, 4, 5, 6]);
+        let mut ended = ScopeIndex::new(4);
+        ended.push(
+            Currency {
+                valid_to: at - 10,
+                ..row(8)
+            },
+            &vector,
+        );
+        ended.push(
+            Currency {
+                valid_from: at - 10,
+                ..row(9)
+            },
+            &vector,
+        );
+        let ended_seqs = |filter: &SearchFilter| -> Vec<i64> {
+            ended
+                .candidates(&vector, filter, 10)
+                .into_iter()
+                .map(|(_, seq)| seq)
+                .collect()
+        };
+        assert_eq!(ended_seqs(&filter()), vec![9]);
+        let before = SearchFilter {
+            valid_at: Some(filter().as_of - chrono::Duration::microseconds(20)),
+            ..filter()
+        };
+        assert_eq!(ended_seqs(&before), vec![8]);
         let typed = SearchFilter {
             fact_types: vec![cairn_core::FactType::Constraint],
             ..filter()

@@ -49,6 +49,7 @@ macro_rules! conformance_suite {
             search_hits_carry_vectors_when_asked,
             legs_searched_together_answer_as_alone,
             decisions_filter_by_kind_and_page,
+            event_time_is_asked_apart_from_belief_time,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -193,6 +194,7 @@ async fn search(
                     tier: Tier::Semantic,
                     as_of,
                     include_history: history,
+                    valid_at: None,
                     fact_types: Vec::new(),
                     session_id: None,
                     limit: 50,
@@ -214,6 +216,7 @@ fn supersede(scope: &Scope, old: &Fact, new: &Fact) -> ChangeSet {
             fact_id: old.id.clone(),
             superseded_by: new.id.clone(),
             at: new.created_at,
+            valid_to: new.valid_from,
         })
         .with(Change::InsertEdge(Edge {
             from_fact_id: new.id.clone(),
@@ -824,6 +827,7 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
                     tier: Tier::Procedural,
                     as_of: Utc::now(),
                     include_history: false,
+                    valid_at: None,
                     fact_types: Vec::new(),
                     session_id: None,
                     limit: 5,
@@ -962,6 +966,7 @@ pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
         tier: Tier::Semantic,
         as_of: Utc::now(),
         include_history: false,
+        valid_at: None,
         fact_types: Vec::new(),
         session_id: None,
         limit: 10,
@@ -1014,6 +1019,7 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
                 tier: Tier::Episodic,
                 as_of: Utc::now(),
                 include_history: false,
+                valid_at: None,
                 fact_types: Vec::new(),
                 session_id: session.map(str::to_owned),
                 limit: 10,
@@ -1128,6 +1134,7 @@ pub async fn episodes_are_found_by_their_neighbours_in_the_session(store: Arc<dy
                         tier: Tier::Episodic,
                         as_of: Utc::now(),
                         include_history: false,
+                        valid_at: None,
                         fact_types: Vec::new(),
                         session_id: None,
                         limit: 10,
@@ -1203,6 +1210,7 @@ async fn nearest(
                     tier: Tier::Semantic,
                     as_of: Utc::now(),
                     include_history: history,
+                    valid_at: None,
                     fact_types: Vec::new(),
                     session_id: None,
                     limit: 10,
@@ -1338,6 +1346,7 @@ async fn nearest_in(
         tier,
         as_of: Utc::now(),
         include_history: history,
+        valid_at: None,
         fact_types: Vec::new(),
         session_id: None,
         limit: 10,
@@ -1774,6 +1783,7 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
                 tier,
                 as_of: Utc::now(),
                 include_history: true,
+                valid_at: None,
                 fact_types: Vec::new(),
                 session_id: None,
                 limit: 50,
@@ -2266,6 +2276,7 @@ pub async fn text_scores_use_only_the_scopes_statistics(store: Arc<dyn MemorySto
                 tier,
                 as_of: Utc::now(),
                 include_history: false,
+                valid_at: None,
                 fact_types: Vec::new(),
                 session_id: None,
                 limit: 50,
@@ -2472,6 +2483,7 @@ pub async fn search_hits_carry_vectors_when_asked(store: Arc<dyn MemoryStore>) {
         tier: Tier::Semantic,
         as_of: Utc::now(),
         include_history: false,
+        valid_at: None,
         fact_types: Vec::new(),
         session_id: None,
         limit: 10,
@@ -2523,6 +2535,7 @@ pub async fn legs_searched_together_answer_as_alone(store: Arc<dyn MemoryStore>)
         tier,
         as_of: Utc::now(),
         include_history: false,
+        valid_at: None,
         fact_types: Vec::new(),
         session_id: None,
         limit: 10,
@@ -2675,6 +2688,209 @@ pub async fn decisions_filter_by_kind_and_page(store: Arc<dyn MemoryStore>) {
         .await
         .expect("decisions");
     assert!(others.items.is_empty(), "another scope's decisions never show");
+}
+
+/// Ids a text or vector leg finds in `tier` at belief time `as_of` and event time
+/// `valid_at`.
+async fn found_at(
+    store: &dyn MemoryStore,
+    scope: &Scope,
+    tier: Tier,
+    query: Result<&str, &[f32]>,
+    as_of: DateTime<Utc>,
+    valid_at: Option<DateTime<Utc>>,
+) -> Vec<String> {
+    let filter = SearchFilter {
+        tier,
+        as_of,
+        include_history: false,
+        valid_at,
+        fact_types: Vec::new(),
+        session_id: None,
+        limit: 10,
+        with_vectors: false,
+    };
+    let hits = match query {
+        Ok(text) => store
+            .search_text(scope, &TextQuery::new(filter, text.to_owned()))
+            .await
+            .expect("text search"),
+        Err(vector) => store
+            .search_vector(
+                scope,
+                &VectorQuery {
+                    vector: vector.to_vec(),
+                    filter,
+                },
+            )
+            .await
+            .expect("vector search"),
+    };
+    let mut ids: Vec<String> = hits.into_iter().map(|hit| hit.memory.id().to_owned()).collect();
+    ids.sort();
+    ids
+}
+
+/// A history backfilled today: belief time (`as_of`) knows nothing of last year, event
+/// time (`valid_at`) tells what held then, and a supersession ends the old fact's
+/// validity where the new one's begins unless it had its own end.
+pub async fn event_time_is_asked_apart_from_belief_time(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    // Stores keep microseconds.
+    let now = chrono::SubsecRound::trunc_subsecs(Utc::now() - Duration::minutes(1), 6);
+    let days = |count: i64| now - Duration::days(count);
+    let mut porto = fact("The user lives in Porto", now);
+    porto.valid_from = Some(days(300));
+    porto.embedding = Some(unit(&[1.0, 0.0, 0.0]));
+    let mut lisbon = fact("The user lives in Lisbon", now);
+    lisbon.valid_from = Some(days(90));
+    lisbon.embedding = Some(unit(&[0.9, 0.1, 0.0]));
+    insert(store.as_ref(), &alice, &porto).await;
+    store
+        .commit(&alice, supersede(&alice, &porto, &lisbon))
+        .await
+        .expect("supersede");
+    let stored = store
+        .get_fact(&alice, &porto.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(
+        stored.valid_to, lisbon.valid_from,
+        "validity ends where the new fact's begins"
+    );
+    // A fact with its own end keeps it (in a scope of its own, so the vector legs
+    // below, which admit every record, see the Porto and Lisbon facts alone).
+    let work = scope("acme", "alice-work");
+    let mut acme = fact("The user works at Acme", now);
+    acme.valid_from = Some(days(400));
+    acme.valid_to = Some(days(200));
+    let mut globex = fact("The user works at Globex", now);
+    globex.valid_from = Some(days(100));
+    insert(store.as_ref(), &work, &acme).await;
+    store
+        .commit(&work, supersede(&work, &acme, &globex))
+        .await
+        .expect("supersede");
+    let stored = store
+        .get_fact(&work, &acme.id)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(stored.valid_to, Some(days(200)));
+    let said = episode("I live in Porto, by the river", days(200));
+    let said = Episode {
+        ingested_at: now,
+        ..said
+    };
+    ingest_episodes(store.as_ref(), &alice, vec![said.clone()]).await;
+
+    let lives = Ok("lives");
+    let vector = unit(&[1.0, 0.0, 0.0]);
+    let later = Utc::now();
+    for query in [lives, Err(vector.as_slice())] {
+        assert_eq!(
+            found_at(
+                store.as_ref(),
+                &alice,
+                Tier::Semantic,
+                query,
+                later,
+                Some(days(200))
+            )
+            .await,
+            vec![porto.id.clone()],
+            "what held 200 days ago ({query:?})"
+        );
+        assert_eq!(
+            found_at(
+                store.as_ref(),
+                &alice,
+                Tier::Semantic,
+                query,
+                later,
+                Some(days(30))
+            )
+            .await,
+            vec![lisbon.id.clone()],
+            "what holds since ({query:?})"
+        );
+        assert_eq!(
+            found_at(store.as_ref(), &alice, Tier::Semantic, query, later, None).await,
+            vec![lisbon.id.clone()],
+            "what is current now ({query:?})"
+        );
+        assert!(
+            found_at(store.as_ref(), &alice, Tier::Semantic, query, days(200), None)
+                .await
+                .is_empty(),
+            "Cairn believed nothing 200 days ago: it learned all of it today ({query:?})"
+        );
+        assert!(
+            found_at(
+                store.as_ref(),
+                &alice,
+                Tier::Semantic,
+                query,
+                days(1),
+                Some(days(200))
+            )
+            .await
+            .is_empty(),
+            "both clocks: as believed yesterday, nothing was known ({query:?})"
+        );
+    }
+    let works = found_at(
+        store.as_ref(),
+        &work,
+        Tier::Semantic,
+        Ok("works"),
+        later,
+        Some(days(150)),
+    )
+    .await;
+    assert!(
+        works.is_empty(),
+        "between Acme's end and Globex's start: {works:?}"
+    );
+    assert_eq!(
+        found_at(
+            store.as_ref(),
+            &work,
+            Tier::Semantic,
+            Ok("works"),
+            later,
+            Some(days(300))
+        )
+        .await,
+        vec![acme.id.clone()]
+    );
+    assert_eq!(
+        found_at(
+            store.as_ref(),
+            &alice,
+            Tier::Episodic,
+            Ok("river"),
+            later,
+            Some(days(150))
+        )
+        .await,
+        vec![said.id.clone()],
+        "said by then"
+    );
+    assert!(
+        found_at(
+            store.as_ref(),
+            &alice,
+            Tier::Episodic,
+            Ok("river"),
+            later,
+            Some(days(250))
+        )
+        .await
+        .is_empty(),
+        "not said yet"
+    );
 }
 
 #[cfg(test)]

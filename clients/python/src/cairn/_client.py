@@ -203,9 +203,12 @@ class _Endpoints:
     def recall(self, user: str, query: str, *, k: Optional[int] = None, tiers: Optional[Sequence[str]] = None,
                as_of: Optional[Union[datetime, str]] = None, include_history: Optional[bool] = None,
                explain: Optional[bool] = None, fact_types: Optional[Sequence[str]] = None,
-               session_id: Optional[str] = None) -> models.RecallResult:
-        """The memories most relevant to `query`, best first."""
+               session_id: Optional[str] = None,
+               valid_at: Optional[Union[datetime, str]] = None) -> models.RecallResult:
+        """The memories most relevant to `query`, best first: current at `as_of` (what Cairn
+        believed then), or that held in the world at `valid_at` (event time)."""
         body = _clean({"query": query, "k": k, "tiers": list(tiers) if tiers else None, "as_of": _time(as_of),
+                       "valid_at": _time(valid_at),
                        "include_history": include_history, "explain": explain,
                        "fact_types": list(fact_types) if fact_types else None, "session_id": session_id})
         return self._send("POST", f"{self._user(user)}/recall", json=body, model=models.RecallResult)

@@ -831,6 +831,7 @@ impl Cairn {
                         fact_id: existing.id.clone(),
                         superseded_by: fact.id.clone(),
                         at: fact.created_at,
+                        valid_to: Some(fact.valid_from.unwrap_or(fact.created_at)),
                     });
                     plan.changes.push(Change::InsertEdge(Edge {
                         from_fact_id: fact.id.clone(),
@@ -1173,6 +1174,7 @@ fn current_filter(limit: usize) -> SearchFilter {
         tier: Tier::Semantic,
         as_of: now(),
         include_history: false,
+        valid_at: None,
         fact_types: Vec::new(),
         session_id: None,
         limit,
@@ -1244,7 +1246,8 @@ fn new_fact(
         superseded_by: None,
         retracted_at: None,
         retraction_reason: None,
-        valid_from: candidate.valid_from,
+        // Event time: from the statement's own date, else from when it was said.
+        valid_from: candidate.valid_from.or(said_at.map(|at| at.min(created_at))),
         valid_to: candidate.valid_to,
         expires_at,
         last_used_at: None,

@@ -270,6 +270,7 @@ impl World {
                 fact_id: self.first.id.clone(),
                 superseded_by: self.new.id.clone(),
                 at: self.new.created_at,
+                valid_to: None,
             })
             .with(Change::RetractFact {
                 fact_id: self.second.id.clone(),
