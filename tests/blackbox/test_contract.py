@@ -80,6 +80,10 @@ def test_every_route_answers_as_its_document_says(make_server):
     assert recalled["hits"] and "explain" in recalled["hits"][0]
     assert {hit["tier"] for hit in recalled["hits"]} >= {"semantic", "episodic"}
     call("GET", f"{base}/profile?query=hiking&k=3", token=reader, expect=200)
+    entities = call("GET", f"{base}/entities", token=reader, expect=200)
+    assert "Lisbon" in [entity["name"] for entity in entities["items"]], entities
+    call("GET", f"{base}/entities/Lisbon", token=reader, expect=200)
+    call("GET", f"{base}/entities/nobody-at-all", token=reader, expect=404)
     answered = call("POST", f"{base}/answer", {"query": "where does the user live?"}, token=reader, expect=200)
     assert answered["known"] is True and answered["citations"], answered
     call("POST", f"{base}/consolidate", {"dry_run": True}, expect=200)
@@ -166,7 +170,8 @@ def test_schemathesis_finds_nothing_and_no_tenant_state_leaks(make_server):
     ])
     started = time.monotonic()
     result = subprocess.run(
-        [tool("st"), "run", f"{server.base}/openapi.json", "--url", server.base,
+        [tool("st"), "--config-file", str(Path(__file__).with_name("schemathesis.toml")),
+         "run", f"{server.base}/openapi.json", "--url", server.base,
          "-H", f"Authorization: Bearer {fuzzer}", "--checks", checks,
          "--exclude-operation-id", "mcp", "--max-examples", examples, "--workers", "2",
          "--seed", seed_value, "--no-color"],
