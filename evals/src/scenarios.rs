@@ -383,6 +383,7 @@ async fn run_scenario(
                     explain: false,
                     fact_types: Vec::new(),
                     session_id: None,
+                    entity: None,
                 },
             )
             .await?;

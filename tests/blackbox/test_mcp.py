@@ -22,7 +22,7 @@ def test_fact_saved_over_mcp_is_read_over_rest_and_superseded(server):
     async def scenario(session):
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert set(tools) == {"recall_memory", "write_memory", "forget_memory", "retract_memory",
-                              "get_profile", "record_playbook_outcome", "answer_from_memory"}
+                              "get_profile", "record_playbook_outcome", "answer_from_memory", "get_entity"}
         assert tools["answer_from_memory"].annotations.read_only_hint is True
         assert tools["recall_memory"].annotations.read_only_hint is True
         assert "text" in tools["write_memory"].input_schema["properties"]

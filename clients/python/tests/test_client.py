@@ -40,6 +40,12 @@ def test_every_method_returns_typed_results(service):
     tombstones = client.tombstones("alice")
     assert [(t.fact_id, t.reason) for t in tombstones] == [(written.fact.id, "retracted")]
     assert isinstance(tombstones[0], cairn.Tombstone) and isinstance(tombstones[0].created_at, datetime)
+    client.write_fact("alice", "The user's sister Anna is a nurse.")
+    assert "Anna" in [e.name for e in client.entities("alice")]
+    anna = client.entity("alice", "my sister")
+    assert isinstance(anna, cairn.Entity) and anna.kind == "person" and anna.facts[0].text.startswith("The user's sister")
+    assert [h.text for h in client.recall("alice", "job", entity="Anna", tiers=["semantic"]).hits] == [
+        "The user's sister Anna is a nurse."]
     porto = client.write_fact("alice", "The user works in Porto.").fact
     braga = client.write_fact("alice", "The user works in Braga.", supersedes=porto.id).fact
     assert [(f.id, f.status) for f in client.fact_history("alice", porto.id)] == [
@@ -182,7 +188,8 @@ def test_the_models_match_the_document():
         "ModelUsage": "ModelUsage", "TokenBudget": "TokenBudgetResponse", "Consolidation": "ConsolidationResponse",
         "IngestConsolidation": "IngestConsolidation", "IngestResult": "IngestResponse", "Job": "JobResponse",
         "AuditEvent": "AuditEventResponse", "UserSummary": "UserSummaryResponse", "ErasedCounts": "ErasedCounts",
-        "ErasureReceipt": "ErasureResponse",
+        "ErasureReceipt": "ErasureResponse", "Answer": "AnswerResponse", "Entity": "EntityResponse",
+        "EntitySummary": "EntitySummaryResponse", "EntityGroup": "EntityGroupResponse",
     }
     for model, schema_name in pairs.items():
         properties = set()

@@ -16,6 +16,8 @@ export type RecallHit = Schemas["RecallHitResponse"];
 export type RecallResult = Schemas["RecallResponse"];
 export type Profile = Schemas["ProfileResponse"];
 export type Answer = Schemas["AnswerResponse"];
+export type Entity = Schemas["EntityResponse"];
+export type EntitySummary = Schemas["EntitySummaryResponse"];
 export type Consolidation = Schemas["ConsolidationResponse"];
 export type IngestResult = Schemas["IngestResponse"];
 export type Job = Schemas["JobResponse"];
@@ -185,6 +187,14 @@ export class Cairn {
     return (await this.send<Schemas["FactResponseList"]>("GET", `${user(userId)}/facts/${item(id)}/history`)).items;
   }
   /** Values retracted or forgotten and refused from then on, newest first. */
+  /** The people, pets, places and organisations the user's facts name, most mentioned first. */
+  async entities(userId: string): Promise<EntitySummary[]> {
+    return (await this.send<Schemas["EntitySummaryResponseList"]>("GET", `${user(userId)}/entities`)).items;
+  }
+  /** One entity's card, by id or name ("Anna", "my sister"): its facts and their history. */
+  entity(userId: string, name: string): Promise<Entity> {
+    return this.send("GET", `${user(userId)}/entities/${item(name)}`);
+  }
   async tombstones(userId: string): Promise<Tombstone[]> {
     return (await this.send<Schemas["TombstoneResponseList"]>("GET", `${user(userId)}/tombstones`)).items;
   }

@@ -109,6 +109,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users/{user}/entities": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The people, pets, places and organisations the user's facts name, most mentioned first */
+        get: operations["listEntities"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/users/{user}/entities/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An entity's card (by id or name, e.g. "Anna" or "my sister"): its current facts and their history */
+        get: operations["getEntity"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/users/{user}/facts/{id}/retract": {
         parameters: {
             query?: never;
@@ -760,6 +794,38 @@ export interface components {
         };
         /** @enum {string} */
         TombstoneReason: "retracted" | "forgotten";
+        /** @description A list returned whole (short by nature, so not paginated). */
+        EntitySummaryResponseList: {
+            items: components["schemas"]["EntitySummaryResponse"][];
+        };
+        /** @description A person, pet, place or organisation the user's facts name. */
+        EntitySummaryResponse: {
+            id: string;
+            /** @description Its name, or its relation to the user when it has none. */
+            name: string;
+            /** @enum {string} */
+            kind: "person" | "pet" | "place" | "organisation";
+            /** @description The ways facts refer to it ("Anna", "the user's sister"). */
+            aliases: string[];
+            /**
+             * Format: uint
+             * @description How many current facts, and how many superseded or retracted ones, name it.
+             */
+            facts: number;
+            /** Format: uint */
+            history: number;
+        };
+        /** @description An entity's card: its current facts and their history, newest first. */
+        EntityResponse: {
+            id: string;
+            name: string;
+            /** @enum {string} */
+            kind: "person" | "pet" | "place" | "organisation";
+            aliases: string[];
+            facts: components["schemas"]["FactResponse"][];
+            /** @description Superseded and retracted facts that named it. */
+            history: components["schemas"]["FactResponse"][];
+        };
         RetractBody: {
             reason?: string | null;
         };
@@ -857,6 +923,9 @@ export interface components {
             fact_types?: ("identity" | "preference" | "constraint" | "world" | "event")[] | null;
             /** @description Favour episodes of this session. */
             session_id?: string | null;
+            /** @description Only memories that mention this entity: its id or one of its names ("Anna",
+             *     "my sister"); 404 when no fact names it. */
+            entity?: string | null;
         };
         /** @description The best memories for a query, best first. */
         RecallResponse: {
@@ -956,8 +1025,18 @@ export interface components {
         ProfileResponse: {
             static: components["schemas"]["FactResponse"][];
             dynamic: components["schemas"]["FactResponse"][];
+            /** @description The profile's facts grouped by the entities they name. */
+            entities: components["schemas"]["EntityGroupResponse"][];
             hits: components["schemas"]["RecallHitResponse"][];
             context: string;
+        };
+        /** @description The profile's facts about one entity. */
+        EntityGroupResponse: {
+            id: string;
+            name: string;
+            /** @enum {string} */
+            kind: "person" | "pet" | "place" | "organisation";
+            fact_ids: string[];
         };
         ConsolidateBody: {
             /** @default false */
@@ -2083,6 +2162,180 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TombstoneResponseList"];
+                };
+            };
+            /** @description missing, invalid or expired token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the token lacks the scope or is bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not found in this scope */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description rate limit or token budget exceeded; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description internal error; quote the request id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the store is unavailable; retry later (see Retry-After when given) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listEntities: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the user whose memory this is, inside the token's tenant */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EntitySummaryResponseList"];
+                };
+            };
+            /** @description missing, invalid or expired token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the token lacks the scope or is bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not found in this scope */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description rate limit or token budget exceeded; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description internal error; quote the request id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the store is unavailable; retry later (see Retry-After when given) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getEntity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the user whose memory this is, inside the token's tenant */
+                user: string;
+                /** @description the entity's id or one of its names ("Anna", "my sister") */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EntityResponse"];
                 };
             };
             /** @description missing, invalid or expired token */

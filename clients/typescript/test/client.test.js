@@ -65,6 +65,11 @@ test("every method answers with the documented shapes", async () => {
   const result = await cairn.recall("alice", "where does the user live", { k: 5, explain: true });
   assert.ok(result.hits.some((hit) => hit.tier === "semantic" && hit.text.includes("Lisbon")));
   assert.ok(result.hits.every((hit) => hit.explain));
+  await cairn.writeFact("alice", { text: "The user's sister Anna is a nurse." });
+  assert.ok((await cairn.entities("alice")).some((entity) => entity.name === "Anna"));
+  const anna = await cairn.entity("alice", "my sister");
+  assert.equal(anna.kind, "person");
+  assert.equal(anna.facts[0].text, "The user's sister Anna is a nurse.");
   const answer = await cairn.answer("alice", "Which city did I move to?");
   assert.ok(answer.known && answer.answer.includes("Lisbon") && answer.citations.length >= 1, JSON.stringify(answer));
   assert.deepEqual(await cairn.answer("alice", "What is my favourite guitar brand?"), { answer: "", known: false, citations: [] });

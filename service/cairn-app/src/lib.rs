@@ -3,6 +3,7 @@
 
 mod answer;
 mod consolidation;
+mod entities;
 mod episodes;
 mod facts;
 mod playbooks;
@@ -17,6 +18,7 @@ pub use consolidation::{
     ConsolidateOptions, ConsolidationOutcome, ConsolidationSettings, Consolidator, JobRun, OfflineExtractor,
     OfflineJudge,
 };
+pub use entities::{Entity, EntityKind};
 pub use episodes::{ConsolidateMode, ConsolidationReport, IngestOutcome, IngestRequest, Message, Role};
 pub use facts::{Contradiction, FactInput, FactWriteOutcome};
 pub use playbooks::{PlaybookInput, PlaybookVersionInput};

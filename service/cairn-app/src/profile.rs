@@ -21,6 +21,8 @@ pub struct ProfileRequest {
 pub struct Profile {
     pub static_facts: Vec<Fact>,
     pub dynamic_facts: Vec<Fact>,
+    /// The entities the profile's facts name, each with the ids of its facts.
+    pub entities: Vec<crate::Entity>,
     pub hits: Vec<RecallHit>,
     pub context: String,
 }
@@ -70,9 +72,12 @@ impl Cairn {
             _ => Vec::new(),
         };
         let context = context_block(&static_facts, &dynamic_facts, &hits, max_tokens * 4);
+        let all: Vec<Fact> = static_facts.iter().chain(&dynamic_facts).cloned().collect();
+        let entities = crate::entities::entities_of(&all);
         Ok(Profile {
             static_facts,
             dynamic_facts,
+            entities,
             hits,
             context,
         })

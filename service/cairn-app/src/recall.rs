@@ -176,6 +176,8 @@ pub struct RecallRequest {
     pub explain: bool,
     pub fact_types: Vec<FactType>,
     pub session_id: Option<String>,
+    /// Only memories that mention this entity (its id or one of its names).
+    pub entity: Option<String>,
 }
 
 impl RecallRequest {
@@ -190,6 +192,7 @@ impl RecallRequest {
             explain: false,
             fact_types: Vec::new(),
             session_id: None,
+            entity: None,
         }
     }
 }
@@ -238,6 +241,11 @@ impl Cairn {
         }
         let session_id = validate::label("session_id", request.session_id.as_deref())?;
         let as_of = request.as_of.unwrap_or_else(now);
+        // An unknown entity is a 404, not an empty answer that looks like "nothing known".
+        let entity = match request.entity.as_deref() {
+            Some(wanted) => Some(self.entity(scope, wanted).await?),
+            None => None,
+        };
         // Each tier runs two legs once, however often a request names it.
         let tiers = if request.tiers.is_empty() {
             Tier::ALL.to_vec()
@@ -340,6 +348,9 @@ impl Cairn {
         }
 
         let mut fused: Vec<(Memory, Explanation)> = fused.into_values().collect();
+        if let Some(entity) = &entity {
+            fused.retain(|(memory, _)| crate::entities::mentions_any(&memory_text(memory), &entity.aliases));
+        }
         // Use counts weigh in the priors only when their weight is set; otherwise only
         // the hits answered get them, below.
         let counted_early = self.settings.priors.usage_weight != 0.0;
@@ -401,6 +412,15 @@ impl Cairn {
             self.usage.note(scope, &used, now());
         }
         Ok(RecallResult { hits, as_of })
+    }
+}
+
+/// The text a memory is searched and shown by.
+pub(crate) fn memory_text(memory: &Memory) -> String {
+    match memory {
+        Memory::Fact(fact) => fact.text.clone(),
+        Memory::Episode(episode) => episode.text.clone(),
+        Memory::Playbook(playbook) => playbook.searchable_text(),
     }
 }
 

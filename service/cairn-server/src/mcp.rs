@@ -126,6 +126,15 @@ pub struct RecallArgs {
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct EntityArgs {
+    /// The entity's name or relation ("Anna", "my sister") or id.
+    pub name: String,
+    /// The user, when the token is not bound to one.
+    pub user: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AnswerArgs {
     /// The question about the user, in natural language.
     pub query: String,
@@ -296,6 +305,32 @@ impl CairnMcp {
                 )
             }));
             Ok((wire::recall_response(&result), summary))
+        }
+        .await;
+        Ok(finish(outcome, &caller))
+    }
+
+    #[tool(
+        description = "What is known about one person, pet, place or organisation the user has named (\"Anna\", \"my sister\"): its current facts and their history.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn get_entity(
+        &self,
+        Parameters(args): Parameters<EntityArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let caller = caller(&context)?;
+        let outcome = async {
+            let scope = caller.scope(args.user.as_deref(), Permission::Read)?;
+            let entity = self.cairn.entity(&scope, &args.name).await?;
+            let summary = format!(
+                "{} ({}; also {}): {}",
+                entity.name,
+                entity.kind.as_str(),
+                entity.aliases.join(", "),
+                numbered(entity.facts.iter().map(|fact| fact.text.clone()))
+            );
+            Ok((wire::entity(&entity), summary))
         }
         .await;
         Ok(finish(outcome, &caller))

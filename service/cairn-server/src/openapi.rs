@@ -90,6 +90,11 @@ fn path_parameters(path: &str) -> Vec<Value> {
                     json!({ "type": "string", "pattern": "^[A-Za-z0-9._:@-]{1,128}$" }),
                     "the user whose memory this is, inside the token's tenant",
                 )
+            } else if path.contains("/entities/") {
+                (
+                    json!({ "type": "string", "minLength": 1 }),
+                    "the entity's id or one of its names (\"Anna\", \"my sister\")",
+                )
             } else {
                 (json!({ "type": "string", "minLength": 1 }), "the record's id")
             };

@@ -152,6 +152,28 @@ pub const ROUTES: &[Route] = &[
         tag: "facts",
     },
     Route {
+        method: "GET",
+        path: "/v1/users/{user}/entities",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::ListOf<wire::EntitySummaryResponse>>)],
+        request: None,
+        query: None,
+        summary: "The people, pets, places and organisations the user's facts name, most mentioned first",
+        operation_id: "listEntities",
+        tag: "facts",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/users/{user}/entities/{id}",
+        permission: Some(Permission::Read),
+        success: &[(200, schema::<wire::EntityResponse>)],
+        request: None,
+        query: None,
+        summary: "An entity's card (by id or name, e.g. \"Anna\" or \"my sister\"): its current facts and their history",
+        operation_id: "getEntity",
+        tag: "facts",
+    },
+    Route {
         method: "POST",
         path: "/v1/users/{user}/facts/{id}/retract",
         permission: Some(Permission::Write),
@@ -511,6 +533,8 @@ pub fn register(config: &mut web::ServiceConfig) {
                 .route("/facts/{id}", web::get().to(get_fact))
                 .route("/facts/{id}/history", web::get().to(fact_history))
                 .route("/tombstones", web::get().to(tombstones))
+                .route("/entities", web::get().to(entities))
+                .route("/entities/{id}", web::get().to(entity))
                 .route("/facts/{id}", web::delete().to(forget_fact))
                 .route("/facts/{id}/retract", web::post().to(retract_fact))
                 .route("/playbooks", web::post().to(create_playbook))
@@ -760,6 +784,21 @@ async fn fact_history(caller: Authenticated, path: ItemPath, state: State) -> Re
     Ok(HttpResponse::Ok().json(wire::ListOf {
         items: history.iter().map(|fact| wire::fact(fact, now)).collect(),
     }))
+}
+
+async fn entities(caller: Authenticated, user: UserPath, state: State) -> Reply {
+    let scope = caller.scope(&user, Permission::Read)?;
+    let entities = state.cairn.entities(&scope).await?;
+    Ok(HttpResponse::Ok().json(wire::ListOf {
+        items: entities.iter().map(wire::entity_summary).collect(),
+    }))
+}
+
+async fn entity(caller: Authenticated, path: ItemPath, state: State) -> Reply {
+    let (user, wanted) = path.into_inner();
+    let scope = caller.scope(&user, Permission::Read)?;
+    let entity = state.cairn.entity(&scope, &wanted).await?;
+    Ok(HttpResponse::Ok().json(wire::entity(&entity)))
 }
 
 async fn tombstones(caller: Authenticated, user: UserPath, state: State) -> Reply {

@@ -3,7 +3,7 @@
 //! MCP tools answer with the same response types.
 
 use cairn_app::{
-    Answer, AnswerRequest, ConsolidateMode, ConsolidateOptions, ConsolidationOutcome, Contradiction,
+    Answer, AnswerRequest, ConsolidateMode, ConsolidateOptions, ConsolidationOutcome, Contradiction, Entity,
     Explanation, FactInput, FactWriteOutcome, IngestOutcome, IngestRequest, Message, PlaybookInput,
     PlaybookVersionInput, Profile, RecallHit, RecallRequest, RecallResult, Role,
 };
@@ -814,6 +814,10 @@ pub struct RecallBody {
     pub fact_types: Option<Vec<String>>,
     /// Favour episodes of this session.
     pub session_id: Option<String>,
+    /// Only memories that mention this entity: its id or one of its names ("Anna",
+    /// "my sister"); 404 when no fact names it.
+    #[schemars(length(min = 1, max = 200))]
+    pub entity: Option<String>,
 }
 
 /// Most entries a `tiers` list may hold (there are three tiers; repeats are ignored).
@@ -867,6 +871,7 @@ impl RecallBody {
             explain: self.explain,
             fact_types: parse_fact_types(self.fact_types.as_deref())?,
             session_id: self.session_id,
+            entity: self.entity,
         })
     }
 }
@@ -1083,6 +1088,67 @@ pub fn answer_response(answer: Answer) -> AnswerResponse {
     }
 }
 
+/// The profile's facts about one entity.
+#[derive(Serialize, JsonSchema)]
+pub struct EntityGroupResponse {
+    pub id: String,
+    pub name: String,
+    #[schemars(extend("enum" = ["person", "pet", "place", "organisation"]))]
+    pub kind: &'static str,
+    pub fact_ids: Vec<String>,
+}
+
+/// A person, pet, place or organisation the user's facts name.
+#[derive(Serialize, JsonSchema)]
+pub struct EntitySummaryResponse {
+    pub id: String,
+    /// Its name, or its relation to the user when it has none.
+    pub name: String,
+    #[schemars(extend("enum" = ["person", "pet", "place", "organisation"]))]
+    pub kind: &'static str,
+    /// The ways facts refer to it ("Anna", "the user's sister").
+    pub aliases: Vec<String>,
+    /// How many current facts, and how many superseded or retracted ones, name it.
+    pub facts: usize,
+    pub history: usize,
+}
+
+pub fn entity_summary(entity: &Entity) -> EntitySummaryResponse {
+    EntitySummaryResponse {
+        id: entity.id.clone(),
+        name: entity.name.clone(),
+        kind: entity.kind.as_str(),
+        aliases: entity.aliases.clone(),
+        facts: entity.facts.len(),
+        history: entity.history.len(),
+    }
+}
+
+/// An entity's card: its current facts and their history, newest first.
+#[derive(Serialize, JsonSchema)]
+pub struct EntityResponse {
+    pub id: String,
+    pub name: String,
+    #[schemars(extend("enum" = ["person", "pet", "place", "organisation"]))]
+    pub kind: &'static str,
+    pub aliases: Vec<String>,
+    pub facts: Vec<FactResponse>,
+    /// Superseded and retracted facts that named it.
+    pub history: Vec<FactResponse>,
+}
+
+pub fn entity(entity: &Entity) -> EntityResponse {
+    let now = Utc::now();
+    EntityResponse {
+        id: entity.id.clone(),
+        name: entity.name.clone(),
+        kind: entity.kind.as_str(),
+        aliases: entity.aliases.clone(),
+        facts: entity.facts.iter().map(|record| fact(record, now)).collect(),
+        history: entity.history.iter().map(|record| fact(record, now)).collect(),
+    }
+}
+
 /// What is known about the user: lasting facts, recent ones, optional recall hits, and
 /// all of it as one block of text for a prompt.
 #[derive(Serialize, JsonSchema)]
@@ -1091,6 +1157,8 @@ pub struct ProfileResponse {
     pub static_facts: Vec<FactResponse>,
     #[serde(rename = "dynamic")]
     pub dynamic_facts: Vec<FactResponse>,
+    /// The profile's facts grouped by the entities they name.
+    pub entities: Vec<EntityGroupResponse>,
     pub hits: Vec<RecallHitResponse>,
     pub context: String,
 }
@@ -1107,6 +1175,16 @@ pub fn profile(profile: &Profile) -> ProfileResponse {
             .dynamic_facts
             .iter()
             .map(|record| fact(record, now))
+            .collect(),
+        entities: profile
+            .entities
+            .iter()
+            .map(|entity| EntityGroupResponse {
+                id: entity.id.clone(),
+                name: entity.name.clone(),
+                kind: entity.kind.as_str(),
+                fact_ids: entity.facts.iter().map(|fact| fact.id.clone()).collect(),
+            })
             .collect(),
         hits: profile.hits.iter().map(recall_hit).collect(),
         context: profile.context.clone(),

@@ -1771,6 +1771,161 @@ async fn a_backfilled_history_answers_on_both_clocks() {
     );
 }
 
+#[actix_web::test]
+async fn entities_gather_what_the_facts_say_about_someone() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (_, berlin) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user's sister Anna lives in Berlin", "fact_type": "world" }),
+    )
+    .await;
+    let (_, nurse) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user's sister is a nurse", "fact_type": "world" }),
+    )
+    .await;
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user works at Datadog", "fact_type": "identity" }),
+    )
+    .await;
+    write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user's dog is called Pepper", "fact_type": "world" }),
+    )
+    .await;
+    let (_, munich) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user's sister Anna lives in Munich", "supersedes": berlin["fact"]["id"] }),
+    )
+    .await;
+    let get = |path: String, bearer: String| async move {
+        let (status, body, _) = call(service, Method::GET, &path, Some(&bearer), None).await;
+        (status, body)
+    };
+    let (status, listed) = get("/v1/users/u1/entities".into(), token("acme", "memory:read")).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let kinds: Vec<(String, String)> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|entity| {
+            (
+                entity["name"].as_str().unwrap_or_default().to_owned(),
+                entity["kind"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    for expected in [
+        ("Anna", "person"),
+        ("Pepper", "pet"),
+        ("Datadog", "organisation"),
+        ("Munich", "place"),
+    ] {
+        assert!(
+            kinds.contains(&(expected.0.to_owned(), expected.1.to_owned())),
+            "{expected:?} in {kinds:?}"
+        );
+    }
+    assert_eq!(
+        listed["items"][0]["name"], "Anna",
+        "most mentioned first: {listed}"
+    );
+
+    let (status, anna) = get("/v1/users/u1/entities/Anna".into(), owner.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{anna}");
+    let ids = |list: &Value| -> Vec<String> {
+        list.as_array()
+            .expect("facts")
+            .iter()
+            .filter_map(|fact| fact["id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut current = ids(&anna["facts"]);
+    current.sort();
+    let mut expected = vec![
+        munich["fact"]["id"].as_str().expect("id").to_owned(),
+        nurse["fact"]["id"].as_str().expect("id").to_owned(),
+    ];
+    expected.sort();
+    assert_eq!(current, expected, "my sister and Anna are one entity: {anna}");
+    assert_eq!(
+        ids(&anna["history"]),
+        [berlin["fact"]["id"].as_str().expect("id")]
+    );
+    assert_eq!(anna["aliases"], json!(["Anna", "the user's sister"]));
+    let (_, by_relation) = get("/v1/users/u1/entities/my%20sister".into(), owner.clone()).await;
+    assert_eq!(by_relation["id"], anna["id"]);
+    let (_, by_id) = get(
+        format!("/v1/users/u1/entities/{}", anna["id"].as_str().expect("id")),
+        owner.clone(),
+    )
+    .await;
+    assert_eq!(by_id["name"], "Anna");
+
+    // Recall about Anna only.
+    let (status, hits, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(&owner),
+        Some(json!({ "query": "where does she live and work", "entity": "Anna", "tiers": ["semantic"] })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{hits}");
+    let texts: Vec<&str> = hits["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .filter_map(|hit| hit["text"].as_str())
+        .collect();
+    assert!(
+        texts.contains(&"The user's sister Anna lives in Munich"),
+        "{texts:?}"
+    );
+    assert!(texts.iter().all(|text| text.contains("sister")), "{texts:?}");
+    let (status, _, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/recall",
+        Some(&owner),
+        Some(json!({ "query": "anything", "entity": "Zebedee" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // The profile groups its facts by entity.
+    let (_, profile, _) = call(service, Method::GET, "/v1/users/u1/profile", Some(&owner), None).await;
+    let group = profile["entities"]
+        .as_array()
+        .expect("entities")
+        .iter()
+        .find(|group| group["name"] == "Anna")
+        .cloned()
+        .expect("Anna's group");
+    assert_eq!(group["fact_ids"].as_array().map(Vec::len), Some(2), "{group}");
+
+    // Never across scopes.
+    let (status, _) = get("/v1/users/u1/entities/Anna".into(), token("globex", ALL)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = get("/v1/users/u2/entities/Anna".into(), owner.clone()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = get("/v1/users/u1/entities".into(), token("acme", "memory:write")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
 /// A fake rerank service on loopback: scores 1.0 for documents containing `favoured`,
 /// 0.0 otherwise; or answers 500 when `broken`.
 async fn fake_reranker(favoured: &'static str, broken: bool) -> String {

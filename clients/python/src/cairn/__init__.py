@@ -19,6 +19,8 @@ from ._models import (
     AuditEvent,
     Answer,
     Consolidation,
+    Entity,
+    EntitySummary,
     Decision,
     Episode,
     ErasureReceipt,
@@ -43,6 +45,6 @@ __all__ = [
     "AuthenticationError", "CairnError", "ConflictError", "ConnectionFailed", "InvalidRequestError",
     "NotFoundError", "PayloadTooLargeError", "PermissionDeniedError", "ProviderError", "RateLimitError",
     "ServerError", "UnavailableError",
-    "Answer", "AuditEvent", "Consolidation", "Decision", "Episode", "ErasureReceipt", "Explanation", "Fact", "FactWrite",
+    "Answer", "AuditEvent", "Consolidation", "Entity", "EntitySummary", "Decision", "Episode", "ErasureReceipt", "Explanation", "Fact", "FactWrite",
     "ImportResult", "IngestResult", "Job", "Playbook", "Profile", "RecallHit", "RecallResult", "Tombstone", "UserSummary",
 ]

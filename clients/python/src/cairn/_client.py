@@ -160,6 +160,14 @@ class _Endpoints:
         """The fact's supersession history, oldest first: what it replaced, itself, what replaced it."""
         return self._send("GET", f"{self._user(user)}/facts/{_segment(fact_id)}/history", model=_FactList)
 
+    def entities(self, user: str) -> List[models.EntitySummary]:
+        """The people, pets, places and organisations the user's facts name, most mentioned first."""
+        return self._send("GET", f"{self._user(user)}/entities", model=_EntitySummaryList)
+
+    def entity(self, user: str, name: str) -> models.Entity:
+        """One entity's card, by id or name ("Anna", "my sister"): its facts and their history."""
+        return self._send("GET", f"{self._user(user)}/entities/{_segment(name)}", model=models.Entity)
+
     def tombstones(self, user: str) -> List[models.Tombstone]:
         """Values retracted or forgotten and refused from then on, newest first."""
         return self._send("GET", f"{self._user(user)}/tombstones", model=_TombstoneList)
@@ -204,11 +212,11 @@ class _Endpoints:
                as_of: Optional[Union[datetime, str]] = None, include_history: Optional[bool] = None,
                explain: Optional[bool] = None, fact_types: Optional[Sequence[str]] = None,
                session_id: Optional[str] = None,
-               valid_at: Optional[Union[datetime, str]] = None) -> models.RecallResult:
+               valid_at: Optional[Union[datetime, str]] = None, entity: Optional[str] = None) -> models.RecallResult:
         """The memories most relevant to `query`, best first: current at `as_of` (what Cairn
         believed then), or that held in the world at `valid_at` (event time)."""
         body = _clean({"query": query, "k": k, "tiers": list(tiers) if tiers else None, "as_of": _time(as_of),
-                       "valid_at": _time(valid_at),
+                       "valid_at": _time(valid_at), "entity": entity,
                        "include_history": include_history, "explain": explain,
                        "fact_types": list(fact_types) if fact_types else None, "session_id": session_id})
         return self._send("POST", f"{self._user(user)}/recall", json=body, model=models.RecallResult)
@@ -302,6 +310,10 @@ class _FactList(_Unwrap):
 
 class _TombstoneList(_Unwrap):
     key, inner = "items", models.Tombstone
+
+
+class _EntitySummaryList(_Unwrap):
+    key, inner = "items", models.EntitySummary
 
 
 class _JobEnvelope(_Unwrap):

@@ -160,6 +160,40 @@ class RecallResult:
 
 
 @dataclass
+class EntityGroup:
+    """The profile's facts about one entity."""
+
+    id: str
+    name: str
+    kind: str
+    fact_ids: List[str]
+
+
+@dataclass
+class EntitySummary:
+    """A person, pet, place or organisation the user's facts name."""
+
+    id: str
+    name: str
+    kind: str
+    aliases: List[str]
+    facts: int
+    history: int
+
+
+@dataclass
+class Entity:
+    """An entity's card: its current facts and their history."""
+
+    id: str
+    name: str
+    kind: str
+    aliases: List[str]
+    facts: List[Fact]
+    history: List[Fact]
+
+
+@dataclass
 class Answer:
     """An answer from memory alone: `known` is False, with no answer and no citations,
     when the memories do not support one."""
@@ -173,6 +207,7 @@ class Answer:
 class Profile:
     static: List[Fact]
     dynamic: List[Fact]
+    entities: List[EntityGroup]
     hits: List[RecallHit]
     context: str
 

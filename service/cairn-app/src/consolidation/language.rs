@@ -644,6 +644,7 @@ fn mentions(lower: &str, phrase: &str) -> bool {
 /// exclusive slot.
 pub fn slot(text: &str) -> Option<Slot> {
     let lower = text.to_lowercase();
+    // Whose slot: the user's, or a relation's ("the user's sister").
     let about = lower
         .strip_prefix("the user's ")
         .and_then(|rest| rest.split_whitespace().next())

@@ -88,6 +88,7 @@ async fn tools_work_end_to_end_over_http() {
         [
             "answer_from_memory",
             "forget_memory",
+            "get_entity",
             "get_profile",
             "recall_memory",
             "record_playbook_outcome",
@@ -186,6 +187,22 @@ async fn tools_work_end_to_end_over_http() {
     )
     .await;
     assert_eq!(structured(&unknown)["known"], false, "{unknown:?}");
+
+    let anna = call(
+        &client,
+        "write_memory",
+        json!({ "text": "The user's sister Anna lives in Berlin", "fact_type": "world" }),
+    )
+    .await;
+    let entity = call(&client, "get_entity", json!({ "name": "my sister" })).await;
+    assert_eq!(entity.is_error, Some(false), "{entity:?}");
+    assert_eq!(structured(&entity)["name"], "Anna");
+    assert_eq!(
+        structured(&entity)["facts"][0]["id"],
+        structured(&anna)["fact"]["id"]
+    );
+    let nobody = call(&client, "get_entity", json!({ "name": "Zebedee" })).await;
+    assert_eq!(error_code(&nobody), "not_found");
 
     let profile = call(&client, "get_profile", json!({})).await;
     assert!(
