@@ -120,6 +120,10 @@ pub struct RecallArgs {
     pub tiers: Option<Vec<String>>,
     /// Also return superseded facts, marked as such.
     pub include_history: Option<bool>,
+    /// What held in the world at this RFC 3339 time (event time), superseded since or not.
+    pub valid_at: Option<String>,
+    /// Only memories about this person, pet, place or organisation ("Anna", "my sister").
+    pub entity: Option<String>,
     /// The user, when the token is not bound to one.
     pub user: Option<String>,
 }
@@ -294,6 +298,8 @@ impl CairnMcp {
             request.k = args.k;
             request.tiers = wire::parse_tiers(args.tiers.as_deref())?;
             request.include_history = args.include_history.unwrap_or(false);
+            request.valid_at = wire::utc("valid_at", args.valid_at.as_deref())?;
+            request.entity = args.entity;
             let result = self.cairn.recall(&scope, request).await?;
             let summary = numbered(result.hits.iter().map(|hit| {
                 let text = wire::recall_hit(hit).text;

@@ -19,7 +19,7 @@ const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 200;
 
 /// Parses an optional RFC 3339 time, naming the field when it is not one.
-fn utc(field: &str, time: Option<&str>) -> Result<Option<DateTime<Utc>>, Error> {
+pub fn utc(field: &str, time: Option<&str>) -> Result<Option<DateTime<Utc>>, Error> {
     time.map(|text| {
         DateTime::<FixedOffset>::parse_from_rfc3339(text)
             .map(|time| time.with_timezone(&Utc))

@@ -201,6 +201,17 @@ async fn tools_work_end_to_end_over_http() {
         structured(&entity)["facts"][0]["id"],
         structured(&anna)["fact"]["id"]
     );
+    let about_anna = call(
+        &client,
+        "recall_memory",
+        json!({ "query": "editor", "entity": "Anna", "valid_at": "2030-01-01T00:00:00Z" }),
+    )
+    .await;
+    assert_eq!(
+        structured(&about_anna)["hits"].as_array().map(Vec::len),
+        Some(1),
+        "{about_anna:?}"
+    );
     let nobody = call(&client, "get_entity", json!({ "name": "Zebedee" })).await;
     assert_eq!(error_code(&nobody), "not_found");
 
