@@ -48,6 +48,20 @@ struct Scenario {
     /// Lower-case substrings that mark an outdated, retracted, expired or invented value.
     stale: Vec<String>,
     script: ScriptSpec,
+    /// The people, pets, places and organisations the user names (labels for entity
+    /// linking), when the scenario names any.
+    #[serde(default)]
+    entities: Vec<GoldEntity>,
+}
+
+#[derive(Deserialize, Clone)]
+struct GoldEntity {
+    /// Its name, or its relation to the user when it has none ("sister").
+    name: String,
+    kind: String,
+    /// The relation by which the user refers to it ("sister" for "my sister Anna").
+    #[serde(default)]
+    relation: Option<String>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -116,6 +130,10 @@ struct Score {
     stale: usize,
     stale_names: Vec<String>,
     missed_names: Vec<String>,
+    /// Labelled entities, and those found with their kind (and relation, when labelled).
+    entities: usize,
+    entities_linked: usize,
+    entities_missed: Vec<String>,
 }
 
 fn scope_of(index: usize, pipeline: &str) -> anyhow::Result<Scope> {
@@ -368,6 +386,35 @@ async fn run_scenario(
             },
         )
         .await?;
+    if !scenario.entities.is_empty() {
+        let found = cairn.entities(&scope).await?;
+        let plain = |text: &str| text.to_lowercase().trim_end_matches("'s").to_owned();
+        let score = scores.entry(("entities", "all".to_owned())).or_default();
+        for gold in &scenario.entities {
+            let linked = found.iter().any(|entity| {
+                (plain(&entity.name) == plain(&gold.name)
+                    || entity
+                        .aliases
+                        .iter()
+                        .any(|alias| plain(alias) == plain(&gold.name)))
+                    && entity.kind.as_str() == gold.kind
+                    && gold.relation.as_ref().is_none_or(|relation| {
+                        entity
+                            .aliases
+                            .iter()
+                            .any(|alias| alias.eq_ignore_ascii_case(&format!("the user's {relation}")))
+                    })
+            });
+            score.entities += 1;
+            if linked {
+                score.entities_linked += 1;
+            } else {
+                score
+                    .entities_missed
+                    .push(format!("{}: {}", scenario.name, gold.name));
+            }
+        }
+    }
     let as_of = base + Duration::hours(hour - 1 + scenario.ask_after_hours);
     for mode in Mode::ALL {
         let result = cairn
@@ -538,9 +585,20 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<()
                 score.scenarios
             );
         }
+        if let Some(score) = scores.get(&("entities", "all".to_owned())) {
+            println!(
+                "| {pipeline} | entity linking | {:.3} ({}/{}) | |",
+                score.entities_linked as f64 / score.entities.max(1) as f64,
+                score.entities_linked,
+                score.entities
+            );
+            if verbose {
+                eprintln!("  {pipeline} / entities missed: {:?}", score.entities_missed);
+            }
+        }
         if verbose {
             for ((mode, kind), score) in &scores {
-                if kind == "all" {
+                if kind == "all" || *mode == "entities" {
                     continue;
                 }
                 eprintln!(
