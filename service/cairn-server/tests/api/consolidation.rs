@@ -1143,7 +1143,6 @@ async fn a_failed_job_is_retried_by_the_worker_with_backoff() {
     .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let found = facts_eventually!(&service, &owner, "vic");
-    worker.abort();
     assert_eq!(status_of(&found, "vinyl"), ["active"], "{found:#?}");
     assert_eq!(found.len(), 1, "the invalid item was not written: {found:#?}");
     let decisions = decisions!(&service, &owner, "vic");
@@ -1157,8 +1156,19 @@ async fn a_failed_job_is_retried_by_the_worker_with_backoff() {
         calls >= 4,
         "three failed calls (one job attempt), then a retry that succeeded: {calls}"
     );
-    let (_, metrics, _) = call(&service, Method::GET, "/metrics", None, None).await;
-    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    // The worker counts a run once its commit has returned, so the facts can be read a
+    // moment before the count moves.
+    let succeeded = "cairn_consolidation_runs_total{result=\"ok\",trigger=\"job\"} 1";
+    let mut metrics = String::new();
+    for _ in 0..300 {
+        let (_, body, _) = call(&service, Method::GET, "/metrics", None, None).await;
+        metrics = body.as_str().unwrap_or_default().to_owned();
+        if metrics.contains(succeeded) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.abort();
     assert!(
         metrics.contains("cairn_consolidation_runs_total{result=\"error\",trigger=\"job\"} 1"),
         "{metrics}"
