@@ -42,7 +42,9 @@ pub fn interval(from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Resul
 pub fn confidence(value: Option<f32>) -> Result<f32> {
     match value {
         None => Ok(1.0),
-        Some(value) if (0.0..=1.0).contains(&value) => Ok(value),
+        // -0.0 compares equal to 0.0 but is written as a negative number, below the
+        // documented minimum: refused like any other negative value.
+        Some(value) if (0.0..=1.0).contains(&value) && value.is_sign_positive() => Ok(value),
         Some(_) => Err(Error::invalid("confidence", "must be between 0 and 1")),
     }
 }

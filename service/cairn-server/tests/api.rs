@@ -1154,6 +1154,11 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
         ),
         (
             "/v1/users/u1/facts",
+            json!({ "text": "ok", "confidence": -0.0 }),
+            "confidence",
+        ),
+        (
+            "/v1/users/u1/facts",
             json!({ "text": "ok", "valid_from": "2026-02-01T00:00:00Z", "valid_to": "2026-01-01T00:00:00Z" }),
             "valid_to",
         ),
