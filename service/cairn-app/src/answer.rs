@@ -10,6 +10,7 @@
 //! alone, shown under aliases: the citations are the aliases it names that were shown,
 //! and an answer that cites nothing it was shown is not known.
 
+use crate::recall::memory_text;
 use crate::{Cairn, RecallHit, RecallRequest};
 use cairn_core::{Answerer, Memory, Result, Scope, ShownMemory, Tier};
 use chrono::{DateTime, Utc};
@@ -46,14 +47,6 @@ impl Answer {
             citations: Vec::new(),
             support,
         }
-    }
-}
-
-fn text_of(memory: &Memory) -> String {
-    match memory {
-        Memory::Fact(fact) => fact.text.clone(),
-        Memory::Episode(episode) => episode.text.clone(),
-        Memory::Playbook(playbook) => playbook.searchable_text(),
     }
 }
 
@@ -110,7 +103,7 @@ async fn composed(answerer: &dyn Answerer, question: &str, hits: &[RecallHit]) -
         .enumerate()
         .map(|(index, hit)| ShownMemory {
             alias: format!("m{}", index + 1),
-            text: text_of(&hit.memory),
+            text: memory_text(&hit.memory),
             at: time_of(&hit.memory),
         })
         .collect();
@@ -164,7 +157,7 @@ fn extractive(query: &str, hits: &[RecallHit], threshold: f64) -> Answer {
     );
     let answer = match &chosen.memory {
         Memory::Episode(episode) => best_sentence(&episode.text, query),
-        other => text_of(other),
+        other => memory_text(other),
     };
     Answer {
         answer,
