@@ -163,16 +163,11 @@ def test_schemathesis_finds_nothing_and_no_tenant_state_leaks(make_server):
 
     seed_value = os.environ.get("CAIRN_FUZZ_SEED") or str(random.randrange(1 << 31))
     examples = os.environ.get("CAIRN_FUZZ_EXAMPLES", "50")
-    checks = ",".join([
-        "not_a_server_error", "status_code_conformance", "content_type_conformance",
-        "response_schema_conformance", "response_headers_conformance", "negative_data_rejection",
-        "unsupported_method", "use_after_free", "ensure_resource_availability", "ignored_auth",
-    ])
     started = time.monotonic()
     result = subprocess.run(
         [tool("st"), "--config-file", str(Path(__file__).with_name("schemathesis.toml")),
          "run", f"{server.base}/openapi.json", "--url", server.base,
-         "-H", f"Authorization: Bearer {fuzzer}", "--checks", checks,
+         "-H", f"Authorization: Bearer {fuzzer}",
          "--exclude-operation-id", "mcp", "--max-examples", examples, "--workers", "2",
          "--seed", seed_value, "--no-color"],
         capture_output=True, text=True, timeout=900)
