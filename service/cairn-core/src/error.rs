@@ -29,6 +29,10 @@ pub enum ErrorCode {
     PayloadTooLarge,
     RouteNotFound,
     MethodNotAllowed,
+    // A review was already approved or rejected.
+    ReviewResolved,
+    // A review's change no longer applies: what it would change moved on meanwhile.
+    ReviewStale,
 }
 
 impl ErrorCode {
@@ -59,6 +63,8 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::RouteNotFound => "route_not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::ReviewResolved => "review_resolved",
+            ErrorCode::ReviewStale => "review_stale",
         }
     }
 }
@@ -160,6 +166,13 @@ impl Error {
         Error::Conflict {
             code: ErrorCode::Duplicate,
             message: "an active fact with the same normalized text exists".into(),
+        }
+    }
+
+    pub fn review_resolved(review_id: &str) -> Self {
+        Error::Conflict {
+            code: ErrorCode::ReviewResolved,
+            message: format!("review {review_id} was already decided"),
         }
     }
 

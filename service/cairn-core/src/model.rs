@@ -74,6 +74,9 @@ pub enum FactStatus {
     Expired,
     /// Erased. Stores never return a forgotten record; the status exists for the audit.
     Forgotten,
+    /// Held for a person's review (see [`Review`]): not recalled unless asked for, and
+    /// changing nothing until approved.
+    Pending,
 }
 
 impl FactStatus {
@@ -84,6 +87,7 @@ impl FactStatus {
             FactStatus::Retracted => "retracted",
             FactStatus::Expired => "expired",
             FactStatus::Forgotten => "forgotten",
+            FactStatus::Pending => "pending",
         }
     }
 
@@ -94,9 +98,10 @@ impl FactStatus {
             "retracted" => Ok(FactStatus::Retracted),
             "expired" => Ok(FactStatus::Expired),
             "forgotten" => Ok(FactStatus::Forgotten),
+            "pending" => Ok(FactStatus::Pending),
             _ => Err(Error::invalid(
                 "status",
-                "must be one of active, superseded, retracted, expired, all",
+                "must be one of active, superseded, retracted, expired, pending, all",
             )),
         }
     }
@@ -147,7 +152,7 @@ impl Fact {
             return None;
         }
         match self.status {
-            FactStatus::Retracted | FactStatus::Forgotten => Some(self.status),
+            FactStatus::Retracted | FactStatus::Forgotten | FactStatus::Pending => Some(self.status),
             FactStatus::Superseded if self.superseded_at.is_some_and(|at| at <= as_of) => {
                 Some(FactStatus::Superseded)
             }
@@ -264,10 +269,16 @@ pub enum DecisionKind {
     Retracted,
     Forgotten,
     Refused,
+    // An outcome the review policy holds: its change waits for a person.
+    HeldForReview,
+    // A reviewer applied a held change.
+    Approved,
+    // A reviewer dropped a held change.
+    Rejected,
 }
 
 impl DecisionKind {
-    pub const ALL: [DecisionKind; 10] = [
+    pub const ALL: [DecisionKind; 13] = [
         DecisionKind::New,
         DecisionKind::Updates,
         DecisionKind::Extends,
@@ -278,6 +289,9 @@ impl DecisionKind {
         DecisionKind::Retracted,
         DecisionKind::Forgotten,
         DecisionKind::Refused,
+        DecisionKind::HeldForReview,
+        DecisionKind::Approved,
+        DecisionKind::Rejected,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -292,6 +306,9 @@ impl DecisionKind {
             DecisionKind::Retracted => "RETRACTED",
             DecisionKind::Forgotten => "FORGOTTEN",
             DecisionKind::Refused => "REFUSED",
+            DecisionKind::HeldForReview => "HELD_FOR_REVIEW",
+            DecisionKind::Approved => "APPROVED",
+            DecisionKind::Rejected => "REJECTED",
         }
     }
 
@@ -301,8 +318,8 @@ impl DecisionKind {
 
     /// The gate of the write path that takes decisions of this kind: `validation`
     /// (malformed or out-of-bounds candidates), `grounding`, `tombstones`, `dedup`,
-    /// `judge` (new, updating or extending), or `request` (an owner's retraction or
-    /// erasure).
+    /// `judge` (new, updating or extending), `request` (an owner's retraction or
+    /// erasure), or `review` (held for a person, and that person's decision).
     pub fn gate(self) -> &'static str {
         match self {
             DecisionKind::Refused => "validation",
@@ -311,6 +328,7 @@ impl DecisionKind {
             DecisionKind::Duplicate => "dedup",
             DecisionKind::New | DecisionKind::Updates | DecisionKind::Extends => "judge",
             DecisionKind::Retracted | DecisionKind::Forgotten => "request",
+            DecisionKind::HeldForReview | DecisionKind::Approved | DecisionKind::Rejected => "review",
         }
     }
 }
@@ -370,4 +388,104 @@ pub struct ConsolidationJob {
 pub struct LoggedEpisode {
     pub position: u64,
     pub episode: Episode,
+}
+
+/// What a held outcome would change when approved.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewKind {
+    // A new fact (held for its confidence, its type, or by a policy holding everything).
+    NewFact,
+    // A new fact that supersedes a current one, which stays current until approval.
+    Supersession,
+    // A new fact whose value says the current one was never true: approval retracts
+    // and tombstones the old one.
+    Retraction,
+    // A new fact restating a retracted or forgotten value: approval lifts its tombstone.
+    TombstoneLift,
+}
+
+impl ReviewKind {
+    pub const ALL: [ReviewKind; 4] = [
+        ReviewKind::NewFact,
+        ReviewKind::Supersession,
+        ReviewKind::Retraction,
+        ReviewKind::TombstoneLift,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewKind::NewFact => "new_fact",
+            ReviewKind::Supersession => "supersession",
+            ReviewKind::Retraction => "retraction",
+            ReviewKind::TombstoneLift => "tombstone_lift",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        ReviewKind::ALL.into_iter().find(|kind| kind.as_str() == value)
+    }
+}
+
+/// Where a review stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewStatus {
+    Pending,
+    Approved,
+    Rejected,
+}
+
+impl ReviewStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewStatus::Pending => "pending",
+            ReviewStatus::Approved => "approved",
+            ReviewStatus::Rejected => "rejected",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        [
+            ReviewStatus::Pending,
+            ReviewStatus::Approved,
+            ReviewStatus::Rejected,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == value)
+    }
+}
+
+/// An outcome held for a person's decision: the pending fact it would make current,
+/// what else it would change, and the decision that proposed it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Review {
+    pub id: String,
+    pub kind: ReviewKind,
+    /// The pending fact (status [`FactStatus::Pending`]) approval makes active.
+    pub fact_id: String,
+    /// The fact a supersession or retraction retires, or the tombstone a lift lifts.
+    pub target_id: Option<String>,
+    /// The policy rule that held it (`supersession`, `low_confidence`, `fact_type:health`, `all`…).
+    pub rule: String,
+    /// Why the proposing path chose this outcome (the judge's reason, for instance).
+    pub reason: String,
+    /// The `HELD_FOR_REVIEW` decision.
+    pub decision_id: String,
+    /// The episodes the change rests on.
+    pub evidence_episode_ids: Vec<String>,
+    /// `sha256:` of the pending fact's normalized text, so a rejected value is known again.
+    pub fingerprint: String,
+    /// Which path proposed it: `api`, or a consolidation run id.
+    pub origin: String,
+    /// The token subject that proposed it.
+    pub proposed_by: String,
+    pub created_at: DateTime<Utc>,
+    pub status: ReviewStatus,
+    pub resolved_at: Option<DateTime<Utc>>,
+    pub resolved_by: Option<String>,
+    /// The reviewer's reason, when one was given.
+    pub note: Option<String>,
 }

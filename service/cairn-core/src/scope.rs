@@ -51,11 +51,14 @@ macro_rules! identifier {
 identifier!(TenantId, "tenant");
 identifier!(UserId, "user");
 
-/// One permission a credential may carry (`memory:read`, `memory:write`, `memory:admin`).
+/// One permission a credential may carry (`memory:read`, `memory:write`,
+/// `memory:review`, `memory:admin`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Permission {
     Read,
     Write,
+    /// Deciding on held outcomes (approve, reject) and reading the review queues.
+    Review,
     Admin,
 }
 
@@ -64,6 +67,7 @@ impl Permission {
         match self {
             Permission::Read => "memory:read",
             Permission::Write => "memory:write",
+            Permission::Review => "memory:review",
             Permission::Admin => "memory:admin",
         }
     }
@@ -72,6 +76,7 @@ impl Permission {
         match value {
             "memory:read" => Some(Permission::Read),
             "memory:write" => Some(Permission::Write),
+            "memory:review" => Some(Permission::Review),
             "memory:admin" => Some(Permission::Admin),
             _ => None,
         }
@@ -119,7 +124,7 @@ impl Principal {
         self.bound_user.as_ref()
     }
 
-    /// `memory:admin` implies read and write.
+    /// `memory:admin` implies read, write and review.
     pub fn has(&self, permission: Permission) -> bool {
         self.permissions
             .iter()
@@ -156,10 +161,16 @@ impl Principal {
     /// The whole tenant, for the admin reads that span its users (the user list): only
     /// an admin credential that is not bound to one user gets it.
     pub fn tenant_scope(&self) -> Result<TenantScope> {
-        if !self.has(Permission::Admin) {
+        self.tenant_scope_for(Permission::Admin)
+    }
+
+    /// The whole tenant for a read that needs `permission` (the tenant's review queue
+    /// needs `memory:review`), for a credential bound to no user.
+    pub fn tenant_scope_for(&self, permission: Permission) -> Result<TenantScope> {
+        if !self.has(permission) {
             return Err(Error::Forbidden {
                 code: ErrorCode::InsufficientScope,
-                message: format!("this operation needs the {} scope", Permission::Admin.as_str()),
+                message: format!("this operation needs the {} scope", permission.as_str()),
             });
         }
         if self.bound_user.is_some() {
@@ -175,7 +186,7 @@ impl Principal {
     }
 }
 
-/// A tenant as a whole, and the subject acting on it. Only [`Principal::tenant_scope`]
+/// A tenant as a whole, and the subject acting on it. Only [`Principal::tenant_scope_for`]
 /// creates one, so a read across a tenant's users is as tied to authentication as any
 /// other.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,6 +196,16 @@ pub struct TenantScope {
 }
 
 impl TenantScope {
+    /// The tenant of `scope`, for counting its review queue (metrics of queue depth after
+    /// a review is held or decided in the scope). It reads no record of another user;
+    /// `clippy.toml` allows it only where the review queue is counted.
+    pub fn counting_reviews_of(scope: &Scope) -> Self {
+        TenantScope {
+            tenant: scope.tenant.clone(),
+            subject: scope.subject.clone(),
+        }
+    }
+
     pub fn tenant(&self) -> &TenantId {
         &self.tenant
     }

@@ -9,7 +9,7 @@
 use crate::error::Result;
 use crate::model::{
     AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, Fact, FactStatus, FactType, LoggedEpisode,
-    Playbook, Tombstone,
+    Playbook, Review, ReviewKind, ReviewStatus, Tombstone,
 };
 use crate::scope::Scope;
 use async_trait::async_trait;
@@ -55,7 +55,8 @@ pub enum Change {
         /// later than its `valid_from`.
         valid_to: Option<DateTime<Utc>>,
     },
-    /// Precondition: the fact is in scope and active or superseded.
+    /// Precondition: the fact is in scope and active, superseded or pending (a rejected
+    /// review retracts its pending fact).
     RetractFact {
         fact_id: String,
         reason: Option<String>,
@@ -84,6 +85,25 @@ pub enum Change {
         playbook_id: String,
         success: bool,
         at: DateTime<Utc>,
+    },
+    /// Makes a pending fact active (an approved review) as learned at `at`: its
+    /// `created_at` moves there, so reads as of an earlier time do not see it.
+    /// Precondition: the fact is in scope (else `NotFound`) and pending (else
+    /// `not_active`), and its value is not tombstoned (else `Tombstoned`).
+    ActivateFact {
+        fact_id: String,
+        at: DateTime<Utc>,
+    },
+    InsertReview(Review),
+    /// Records a reviewer's decision. Precondition: the review is in scope (else
+    /// `NotFound`) and still pending (else the conflict `review_resolved`), so of two
+    /// reviewers deciding at once exactly one commits.
+    ResolveReview {
+        review_id: String,
+        status: ReviewStatus,
+        at: DateTime<Utc>,
+        by: String,
+        note: Option<String>,
     },
     /// Queues a consolidation of the scope.
     EnqueueJob(ConsolidationJob),
@@ -178,6 +198,8 @@ pub struct SearchFilter {
     pub as_of: DateTime<Utc>,
     /// Also return facts superseded by `as_of`.
     pub include_history: bool,
+    /// Also return facts pending review.
+    pub include_pending: bool,
     /// Event time: facts that held in the world at this time (their validity interval
     /// and expiry contain it), superseded since or not, and episodes said by then.
     /// Without it, validity and expiry are tested at `as_of`.
@@ -287,6 +309,44 @@ pub struct ErasureReceipt {
     pub tombstones: u64,
     pub decisions: u64,
     pub jobs: u64,
+    /// Reviews of every status, pending ones among them.
+    pub reviews: u64,
+}
+
+/// A review with the user whose scope holds it (the tenant's queue spans users).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UserReview {
+    pub user: String,
+    pub review: Review,
+}
+
+/// A tenant's review queue at a glance: pending reviews by kind, and the oldest.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReviewSummary {
+    pub by_kind: Vec<(ReviewKind, u64)>,
+    pub oldest: Option<DateTime<Utc>>,
+}
+
+impl ReviewSummary {
+    pub fn total(&self) -> u64 {
+        self.by_kind.iter().map(|(_, count)| count).sum()
+    }
+}
+
+/// The page cursor of a review listing (oldest first): the last item's time and id.
+pub fn review_cursor(review: &Review) -> String {
+    format!("{}.{}", review.created_at.timestamp_micros(), review.id)
+}
+
+/// Reads a [`review_cursor`]; a malformed one is a bad request.
+pub fn parse_review_cursor(cursor: &str) -> Result<(i64, String)> {
+    let invalid = || crate::error::Error::invalid("cursor", "not a cursor of this list");
+    let (at, id) = cursor.split_once('.').ok_or_else(invalid)?;
+    let at: i64 = at.parse().map_err(|_| invalid())?;
+    if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(invalid());
+    }
+    Ok((at, id.to_owned()))
 }
 
 /// The storage port. Implementations must keep every read and write inside `scope`.
@@ -429,6 +489,27 @@ pub trait MemoryStore: Send + Sync + 'static {
         kind: Option<DecisionKind>,
         page: &PageRequest,
     ) -> Result<Page<Decision>>;
+
+    async fn get_review(&self, scope: &Scope, review_id: &str) -> Result<Option<Review>>;
+
+    /// Pending reviews of the scope, oldest first (by creation time, then id); the
+    /// cursor is a [`review_cursor`].
+    async fn list_reviews(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Review>>;
+
+    /// Pending reviews of every user of the tenant, each with its user, oldest first,
+    /// like [`MemoryStore::list_reviews`].
+    async fn list_tenant_reviews(
+        &self,
+        tenant: &crate::scope::TenantScope,
+        page: &PageRequest,
+    ) -> Result<Page<UserReview>>;
+
+    /// The tenant's pending reviews counted by kind, and the oldest one's time.
+    async fn review_summary(&self, tenant: &crate::scope::TenantScope) -> Result<ReviewSummary>;
+
+    /// Reviews of the scope, of any status, whose pending fact had this value
+    /// fingerprint, newest first.
+    async fn find_reviews_by_fingerprint(&self, scope: &Scope, fingerprint: &str) -> Result<Vec<Review>>;
 
     /// Audit events newest first.
     async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>>;

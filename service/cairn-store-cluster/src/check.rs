@@ -46,7 +46,10 @@ impl ClusterStore {
                 Change::RetractFact { fact_id, reason, at } => {
                     let doc = self.fact_doc(scope, fact_id).await?;
                     let fact = records::read_fact(&doc.source)?;
-                    require_status(&fact, &[FactStatus::Active, FactStatus::Superseded])?;
+                    require_status(
+                        &fact,
+                        &[FactStatus::Active, FactStatus::Superseded, FactStatus::Pending],
+                    )?;
                     let mut after = doc.source.clone();
                     after["status"] = json!("retracted");
                     after["retracted_at"] = json!(docs::micros(*at));
@@ -57,6 +60,45 @@ impl ClusterStore {
                 }
                 Change::EraseFact { fact_id } => {
                     self.fact_doc(scope, fact_id).await?;
+                }
+                Change::ActivateFact { fact_id, at } => {
+                    let doc = self.fact_doc(scope, fact_id).await?;
+                    let fact = records::read_fact(&doc.source)?;
+                    require_status(&fact, &[FactStatus::Pending])?;
+                    let value = fingerprint(&fact.text);
+                    if !lifted.contains(&value)
+                        && let Some(tombstone) = self.find_tombstone(scope, &value).await?
+                    {
+                        return Err(Error::Tombstoned {
+                            tombstone_id: tombstone.id,
+                        });
+                    }
+                    let mut after = doc.source.clone();
+                    after["status"] = json!("active");
+                    after["created_at"] = json!(docs::micros(*at));
+                    after["timestamp"] = json!(docs::timestamp(*at));
+                    updates.push(Update::new("facts", fact_id.clone(), Some(doc), after));
+                }
+                Change::ResolveReview {
+                    review_id,
+                    status,
+                    at,
+                    by,
+                    note,
+                } => {
+                    let doc = self
+                        .owned(scope, "reviews", review_id)
+                        .await?
+                        .ok_or(Error::NotFound { what: "review" })?;
+                    if doc.source["status"].as_str() != Some("pending") {
+                        return Err(Error::review_resolved(review_id));
+                    }
+                    let mut after = doc.source.clone();
+                    after["status"] = json!(status.as_str());
+                    after["resolved_at"] = json!(docs::micros(*at));
+                    after["resolved_by"] = json!(by);
+                    after["note"] = json!(note);
+                    updates.push(Update::new("reviews", review_id.clone(), Some(doc), after));
                 }
                 Change::LiftTombstone { tombstone_id, at } => {
                     let doc = self
@@ -74,6 +116,8 @@ impl ClusterStore {
                     lifted.push(doc.source["fingerprint"].as_str().unwrap_or_default().to_owned());
                     updates.push(Update::new("tombstones", tombstone_id.clone(), Some(doc), after));
                 }
+                // A pending fact changes nothing until approved; its activation checks.
+                Change::InsertFact(fact) if fact.status == FactStatus::Pending => {}
                 Change::InsertFact(fact) => {
                     let value = fingerprint(&fact.text);
                     if !lifted.contains(&value)
@@ -189,6 +233,7 @@ impl ClusterStore {
                 Change::InsertEpisodes(_)
                 | Change::InsertEdge(_)
                 | Change::InsertTombstone(_)
+                | Change::InsertReview(_)
                 | Change::InsertPlaybook(_)
                 | Change::EnqueueJob(_)
                 | Change::CompleteJobs(_) => {}

@@ -386,6 +386,7 @@ impl ClusterStore {
                     docs::playbook_version(scope, playbook),
                 ),
                 Change::EnqueueJob(job) => create("jobs", &job.id, docs::job(scope, job)),
+                Change::InsertReview(review) => create("reviews", &review.id, docs::review(scope, review)),
                 Change::EraseFact { fact_id } => deferred.push(json!({ "erase_fact": fact_id })),
                 Change::CompleteJobs(job_ids) if !job_ids.is_empty() => {
                     deferred.push(json!({ "complete_jobs": job_ids }))
@@ -394,6 +395,8 @@ impl ClusterStore {
                 | Change::RecordPlaybookOutcome { .. }
                 | Change::SupersedeFact { .. }
                 | Change::RetractFact { .. }
+                | Change::ActivateFact { .. }
+                | Change::ResolveReview { .. }
                 | Change::LiftTombstone { .. }
                 | Change::RequireEpisodes(_)
                 | Change::RequireNoActiveValue { .. }
@@ -457,6 +460,7 @@ impl ClusterStore {
                         code: cairn_core::ErrorCode::WatermarkMoved,
                         message: "another consolidation run moved the watermark".into(),
                     },
+                    "reviews" => Error::review_resolved(&update.id),
                     "playbooks" => Error::Conflict {
                         code: cairn_core::ErrorCode::VersionConflict,
                         message: format!("playbook {} changed concurrently", update.id),

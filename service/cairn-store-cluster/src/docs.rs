@@ -4,7 +4,9 @@
 
 use cairn_core::bm25::index_terms;
 use cairn_core::text::fingerprint;
-use cairn_core::{AuditEvent, ConsolidationJob, Decision, Edge, Episode, Fact, Playbook, Scope, Tombstone};
+use cairn_core::{
+    AuditEvent, ConsolidationJob, Decision, Edge, Episode, Fact, Playbook, Review, Scope, Tombstone,
+};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
@@ -157,6 +159,30 @@ pub fn tombstone(scope: &Scope, tombstone: &Tombstone) -> Value {
             "reason": tombstone.reason.as_str(),
             "created_at": micros(tombstone.created_at),
             "lifted_at": optional(tombstone.lifted_at),
+        }),
+    )
+}
+
+pub fn review(scope: &Scope, review: &Review) -> Value {
+    owned(
+        scope,
+        &review.id,
+        json!({
+            "kind": review.kind.as_str(),
+            "fact_id": review.fact_id,
+            "target_id": review.target_id,
+            "rule": review.rule,
+            "reason": review.reason,
+            "decision_id": review.decision_id,
+            "evidence_episode_ids": review.evidence_episode_ids,
+            "fingerprint": review.fingerprint,
+            "origin": review.origin,
+            "proposed_by": review.proposed_by,
+            "created_at": micros(review.created_at),
+            "status": review.status.as_str(),
+            "resolved_at": optional(review.resolved_at),
+            "resolved_by": review.resolved_by,
+            "note": review.note,
         }),
     )
 }

@@ -24,8 +24,9 @@ pub use client::{Access, Credentials, Engine};
 use cairn_core::bm25::{self, ScopeStatistics};
 use cairn_core::{
     AuditEvent, ChangeSet, ConsolidationJob, Decision, DecisionKind, Episode, ErasureReceipt, Error, Fact,
-    FactStatus, LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
-    TenantId, TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, UserSummary, VectorQuery,
+    FactStatus, LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Review, ReviewKind,
+    ReviewSummary, Scope, StatusFilter, TenantId, TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount,
+    UserId, UserSummary, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, Method, failure};
@@ -46,7 +47,7 @@ const REMEMBERED_SESSIONS: usize = 64;
 const SYSTEM: &str = "_system";
 
 /// The index kinds, each `<prefix>-<kind>`.
-pub const INDICES: [&str; 12] = [
+pub const INDICES: [&str; 13] = [
     "episodes",
     "facts",
     "playbooks",
@@ -59,6 +60,7 @@ pub const INDICES: [&str; 12] = [
     "usage",
     "jobs",
     "commits",
+    "reviews",
 ];
 
 #[derive(Clone)]
@@ -610,6 +612,43 @@ impl ClusterStore {
             }
             items.push(read(&hit.source)?);
         }
+        Ok(Page { items, next_cursor })
+    }
+
+    /// A page of pending reviews, oldest first, by `body` (a review queue query of
+    /// `tenant`) after the page's cursor. Review documents are written with a refresh (a
+    /// commit that inserts one refreshes), so a held outcome is in the queue when its
+    /// commit answers.
+    async fn review_page(
+        &self,
+        tenant: &str,
+        page: &PageRequest,
+        body: impl FnOnce(usize, Option<(i64, &str)>) -> Value,
+    ) -> Result<Page<cairn_core::UserReview>> {
+        let after = page
+            .cursor
+            .as_deref()
+            .map(cairn_core::parse_review_cursor)
+            .transpose()?;
+        let limit = page.limit.max(1);
+        let body = body(limit + 1, after.as_ref().map(|(time, id)| (*time, id.as_str())));
+        let answer = self.search("reviews", Some(tenant), body).await?;
+        let mut items = records::hits(&answer)?
+            .iter()
+            .map(|hit| {
+                let owner: records::Owner = records::parse("review", &hit.source)?;
+                Ok(cairn_core::UserReview {
+                    user: owner.user,
+                    review: records::read_review(&hit.source)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|item| cairn_core::review_cursor(&item.review))
+        } else {
+            None
+        };
         Ok(Page { items, next_cursor })
     }
 
@@ -1257,6 +1296,84 @@ impl MemoryStore for ClusterStore {
             .await
     }
 
+    async fn get_review(&self, scope: &Scope, review_id: &str) -> Result<Option<Review>> {
+        self.ready()?;
+        self.owned(scope, "reviews", review_id)
+            .await?
+            .map(|doc| records::read_review(&doc.source))
+            .transpose()
+    }
+
+    async fn list_reviews(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Review>> {
+        self.ready()?;
+        let page = self
+            .review_page(scope.tenant().as_str(), page, |limit, after| {
+                query::scope_review_queue(scope, limit, after)
+            })
+            .await?;
+        Ok(Page {
+            items: page.items.into_iter().map(|item| item.review).collect(),
+            next_cursor: page.next_cursor,
+        })
+    }
+
+    async fn list_tenant_reviews(
+        &self,
+        tenant: &TenantScope,
+        page: &PageRequest,
+    ) -> Result<Page<cairn_core::UserReview>> {
+        self.ready()?;
+        self.review_page(tenant.tenant().as_str(), page, |limit, after| {
+            query::tenant_review_queue(tenant, limit, after)
+        })
+        .await
+    }
+
+    async fn review_summary(&self, tenant: &TenantScope) -> Result<ReviewSummary> {
+        self.ready()?;
+        let answer = self
+            .search(
+                "reviews",
+                Some(tenant.tenant().as_str()),
+                query::review_summary(tenant),
+            )
+            .await?;
+        let mut summary = ReviewSummary::default();
+        for bucket in answer["aggregations"]["kinds"]["buckets"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            if let (Some(kind), Some(count)) = (
+                bucket["key"].as_str().and_then(ReviewKind::parse),
+                bucket["doc_count"].as_u64(),
+            ) {
+                summary.by_kind.push((kind, count));
+            }
+        }
+        summary.by_kind.sort();
+        summary.oldest = answer["aggregations"]["oldest"]["value"]
+            .as_f64()
+            .and_then(|micros| DateTime::from_timestamp_micros(micros as i64));
+        Ok(summary)
+    }
+
+    async fn find_reviews_by_fingerprint(&self, scope: &Scope, value: &str) -> Result<Vec<Review>> {
+        self.ready()?;
+        let body = query::listing(
+            scope,
+            vec![json!({ "term": { "fingerprint": value } })],
+            "created_at",
+            100,
+            None,
+        );
+        self.scoped_search(scope, "reviews", body)
+            .await?
+            .iter()
+            .map(|hit| records::read_review(&hit.source))
+            .collect()
+    }
+
     async fn list_tombstones(&self, scope: &Scope) -> Result<Vec<Tombstone>> {
         self.ready()?;
         let body = query::listing(
@@ -1475,6 +1592,7 @@ impl MemoryStore for ClusterStore {
             tombstones: self.erase_where(scope, "tombstones", Vec::new()).await?,
             decisions: self.erase_where(scope, "decisions", Vec::new()).await?,
             jobs: self.erase_where(scope, "jobs", Vec::new()).await?,
+            reviews: self.erase_where(scope, "reviews", Vec::new()).await?,
         };
         self.erase_where(scope, "usage", Vec::new()).await?;
         if let Ok(mut states) = self.states.lock() {

@@ -35,7 +35,12 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
     let event = micros(filter.valid_at.unwrap_or(filter.as_of));
     match filter.tier {
         Tier::Semantic => {
-            conditions.push(json!({ "terms": { "status": ["active", "superseded"] } }));
+            let statuses = if filter.include_pending {
+                json!(["active", "superseded", "pending"])
+            } else {
+                json!(["active", "superseded"])
+            };
+            conditions.push(json!({ "terms": { "status": statuses } }));
             conditions.push(json!({ "range": { "created_at": { "lte": as_of } } }));
             conditions.push(missing_or(
                 "expires_at",
@@ -288,6 +293,7 @@ pub fn status_condition(status: Option<cairn_core::FactStatus>, as_of: i64) -> V
         ],
         Some(FactStatus::Retracted) => vec![json!({ "term": { "status": "retracted" } })],
         Some(FactStatus::Forgotten) => vec![json!({ "bool": { "must_not": { "match_all": {} } } })],
+        Some(FactStatus::Pending) => vec![json!({ "term": { "status": "pending" } })],
     }
 }
 
@@ -328,5 +334,48 @@ pub fn latest_audit(tenant: &TenantScope, users: &[&str]) -> Value {
             "terms": { "field": "user", "size": users.len().max(1) },
             "aggs": { "latest": { "max": { "field": "timestamp" } } }
         } }
+    })
+}
+
+/// Pending reviews of every user of the tenant, oldest first, after the cursor
+/// `(time, id)` when given.
+pub fn tenant_review_queue(tenant: &TenantScope, limit: usize, after: Option<(i64, &str)>) -> Value {
+    review_queue(
+        vec![json!({ "term": { "tenant": tenant.tenant().as_str() } })],
+        limit,
+        after,
+    )
+}
+
+/// Pending reviews of the scope, oldest first, like [`tenant_review_queue`].
+pub fn scope_review_queue(scope: &Scope, limit: usize, after: Option<(i64, &str)>) -> Value {
+    review_queue(scope_filter(scope), limit, after)
+}
+
+fn review_queue(mut filter: Vec<Value>, limit: usize, after: Option<(i64, &str)>) -> Value {
+    filter.push(json!({ "term": { "status": "pending" } }));
+    let mut body = json!({
+        "size": limit,
+        "query": { "bool": { "filter": filter } },
+        "sort": [{ "created_at": "asc" }, { "id": "asc" }]
+    });
+    if let Some((time, id)) = after {
+        body["search_after"] = json!([time, id]);
+    }
+    body
+}
+
+/// A tenant's pending reviews counted by kind, with the oldest one's time.
+pub fn review_summary(tenant: &TenantScope) -> Value {
+    json!({
+        "size": 0,
+        "query": { "bool": { "filter": [
+            { "term": { "tenant": tenant.tenant().as_str() } },
+            { "term": { "status": "pending" } }
+        ] } },
+        "aggs": {
+            "kinds": { "terms": { "field": "kind", "size": 16 } },
+            "oldest": { "min": { "field": "created_at" } }
+        }
     })
 }

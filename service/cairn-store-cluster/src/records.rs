@@ -7,7 +7,7 @@
 
 use cairn_core::{
     AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, Error, Fact, FactStatus, FactType,
-    Playbook, Result, Tombstone, TombstoneReason,
+    Playbook, Result, Review, ReviewKind, ReviewStatus, Tombstone, TombstoneReason,
 };
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -325,6 +325,54 @@ impl TryFrom<TombstoneDoc> for Tombstone {
 }
 
 #[derive(Deserialize)]
+pub struct ReviewDoc {
+    id: String,
+    kind: String,
+    fact_id: String,
+    target_id: Option<String>,
+    rule: String,
+    reason: String,
+    decision_id: String,
+    evidence_episode_ids: Vec<String>,
+    fingerprint: String,
+    origin: String,
+    proposed_by: String,
+    created_at: i64,
+    status: String,
+    resolved_at: Option<i64>,
+    resolved_by: Option<String>,
+    note: Option<String>,
+}
+
+impl TryFrom<ReviewDoc> for Review {
+    type Error = Error;
+
+    fn try_from(doc: ReviewDoc) -> Result<Review> {
+        Ok(Review {
+            kind: ReviewKind::parse(&doc.kind)
+                .ok_or_else(|| Error::Storage(format!("field kind: unknown review kind {:?}", doc.kind)))?,
+            status: ReviewStatus::parse(&doc.status).ok_or_else(|| {
+                Error::Storage(format!("field status: unknown review status {:?}", doc.status))
+            })?,
+            created_at: time("created_at", doc.created_at)?,
+            resolved_at: optional_time("resolved_at", doc.resolved_at)?,
+            id: doc.id,
+            fact_id: doc.fact_id,
+            target_id: doc.target_id,
+            rule: doc.rule,
+            reason: doc.reason,
+            decision_id: doc.decision_id,
+            evidence_episode_ids: doc.evidence_episode_ids,
+            fingerprint: doc.fingerprint,
+            origin: doc.origin,
+            proposed_by: doc.proposed_by,
+            resolved_by: doc.resolved_by,
+            note: doc.note,
+        })
+    }
+}
+
+#[derive(Deserialize)]
 pub struct DecisionDoc {
     id: String,
     kind: String,
@@ -452,6 +500,10 @@ pub fn read_playbook_version(source: &Value) -> Result<Playbook> {
 
 pub fn read_tombstone(source: &Value) -> Result<Tombstone> {
     record::<TombstoneDoc, Tombstone>("tombstone", source)
+}
+
+pub fn read_review(source: &Value) -> Result<Review> {
+    record::<ReviewDoc, Review>("review", source)
 }
 
 pub fn read_decision(source: &Value) -> Result<Decision> {

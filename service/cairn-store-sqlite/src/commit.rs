@@ -4,8 +4,8 @@ use crate::rows::{embedding_bytes, micros, optional_micros, scope_key};
 use crate::storage;
 use cairn_core::text::fingerprint;
 use cairn_core::{
-    AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, Error, Fact, Playbook, Result, Scope,
-    Tombstone,
+    AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, Episode, Error, Fact, Playbook, Result,
+    Review, Scope, Tombstone,
 };
 use rusqlite::{OptionalExtension, Transaction, params};
 
@@ -80,7 +80,7 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
             Ok(())
         }
         Change::RetractFact { fact_id, reason, at } => {
-            require_fact_status(transaction, scope, fact_id, &["active", "superseded"])?;
+            require_fact_status(transaction, scope, fact_id, &["active", "superseded", "pending"])?;
             transaction
                 .execute(
                     "UPDATE facts SET status = 'retracted', retracted_at = ?1, retraction_reason = ?2 \
@@ -97,6 +97,62 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
             Ok(())
         }
         Change::EraseFact { fact_id } => erase_fact(transaction, scope, fact_id),
+        Change::ActivateFact { fact_id, at } => {
+            require_fact_status(transaction, scope, fact_id, &["pending"])?;
+            let value: String = transaction
+                .query_row(
+                    "SELECT fingerprint FROM facts WHERE id = ?1 AND tenant = ?2 AND user_id = ?3",
+                    params![fact_id, scope.tenant().as_str(), scope.user().as_str()],
+                    |row| row.get(0),
+                )
+                .map_err(storage)?;
+            refuse_tombstoned(transaction, scope, &value)?;
+            transaction
+                .execute(
+                    "UPDATE facts SET status = 'active', created_at = ?4 WHERE id = ?1 AND tenant = ?2 AND user_id = ?3",
+                    params![fact_id, scope.tenant().as_str(), scope.user().as_str(), micros(*at)],
+                )
+                .map_err(storage)?;
+            Ok(())
+        }
+        Change::InsertReview(review) => insert_review(transaction, scope, review).map_err(storage),
+        Change::ResolveReview {
+            review_id,
+            status,
+            at,
+            by,
+            note,
+        } => {
+            let current: Option<String> = transaction
+                .query_row(
+                    "SELECT status FROM reviews WHERE id = ?1 AND tenant = ?2 AND user_id = ?3",
+                    params![review_id, scope.tenant().as_str(), scope.user().as_str()],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(storage)?;
+            match current.as_deref() {
+                None => return Err(Error::NotFound { what: "review" }),
+                Some("pending") => {}
+                Some(_) => return Err(Error::review_resolved(review_id)),
+            }
+            transaction
+                .execute(
+                    "UPDATE reviews SET status = ?1, resolved_at = ?2, resolved_by = ?3, note = ?4 \
+                     WHERE id = ?5 AND tenant = ?6 AND user_id = ?7 AND status = 'pending'",
+                    params![
+                        status.as_str(),
+                        micros(*at),
+                        by,
+                        note,
+                        review_id,
+                        scope.tenant().as_str(),
+                        scope.user().as_str()
+                    ],
+                )
+                .map_err(storage)?;
+            Ok(())
+        }
         Change::InsertEdge(edge) => {
             transaction
                 .execute(
@@ -240,6 +296,37 @@ fn one_row(updated: usize, what: &'static str) -> Result<()> {
     }
 }
 
+fn insert_review(transaction: &Transaction<'_>, scope: &Scope, review: &Review) -> rusqlite::Result<()> {
+    let evidence = serde_json::to_string(&review.evidence_episode_ids)
+        .map_err(|error| rusqlite::Error::ToSqlConversionFailure(Box::new(error)))?;
+    transaction.execute(
+        "INSERT INTO reviews (id, tenant, user_id, kind, fact_id, target_id, rule, reason, decision_id, \
+         evidence_episode_ids, fingerprint, origin, proposed_by, created_at, status, resolved_at, resolved_by, \
+         note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+        params![
+            review.id,
+            scope.tenant().as_str(),
+            scope.user().as_str(),
+            review.kind.as_str(),
+            review.fact_id,
+            review.target_id,
+            review.rule,
+            review.reason,
+            review.decision_id,
+            evidence,
+            review.fingerprint,
+            review.origin,
+            review.proposed_by,
+            micros(review.created_at),
+            review.status.as_str(),
+            optional_micros(review.resolved_at),
+            review.resolved_by,
+            review.note,
+        ],
+    )?;
+    Ok(())
+}
+
 fn insert_job(transaction: &Transaction<'_>, scope: &Scope, job: &ConsolidationJob) -> rusqlite::Result<()> {
     let context = serde_json::to_string(&job.assistant_context)
         .map_err(|error| rusqlite::Error::ToSqlConversionFailure(Box::new(error)))?;
@@ -365,10 +452,9 @@ fn insert_episode(transaction: &Transaction<'_>, scope: &Scope, episode: &Episod
     Ok(())
 }
 
-fn insert_fact(transaction: &Transaction<'_>, scope: &Scope, fact: &Fact) -> Result<()> {
-    let value_fingerprint = fingerprint(&fact.text);
-    // The tombstone check sits inside the transaction, so no concurrent writer can
-    // slip a retracted value back in between a check and the insert.
+/// The tombstone check sits inside the transaction, so no concurrent writer can slip a
+/// retracted value back in between a check and the insert.
+fn refuse_tombstoned(transaction: &Transaction<'_>, scope: &Scope, value_fingerprint: &str) -> Result<()> {
     let tombstone: Option<String> = transaction
         .query_row(
             "SELECT id FROM tombstones WHERE tenant = ?1 AND user_id = ?2 AND fingerprint = ?3 \
@@ -378,8 +464,18 @@ fn insert_fact(transaction: &Transaction<'_>, scope: &Scope, fact: &Fact) -> Res
         )
         .optional()
         .map_err(storage)?;
-    if let Some(tombstone_id) = tombstone {
-        return Err(Error::Tombstoned { tombstone_id });
+    match tombstone {
+        Some(tombstone_id) => Err(Error::Tombstoned { tombstone_id }),
+        None => Ok(()),
+    }
+}
+
+fn insert_fact(transaction: &Transaction<'_>, scope: &Scope, fact: &Fact) -> Result<()> {
+    let value_fingerprint = fingerprint(&fact.text);
+    // A pending fact changes nothing until approved (a held lift restates a tombstoned
+    // value); its activation checks the tombstones.
+    if fact.status != cairn_core::FactStatus::Pending {
+        refuse_tombstoned(transaction, scope, &value_fingerprint)?;
     }
     let source_episode_ids =
         serde_json::to_string(&fact.source_episode_ids).map_err(|e| Error::Storage(e.to_string()))?;

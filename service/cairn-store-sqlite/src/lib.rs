@@ -15,8 +15,9 @@ mod vectors;
 
 use cairn_core::{
     AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Episode, ErasureReceipt, Error,
-    Fact, FactStatus, LoggedEpisode, MemoryStore, Page, PageRequest, Playbook, Result, Scope, StatusFilter,
-    TenantId, TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount, UserId, UserSummary, VectorQuery,
+    Fact, FactStatus, LoggedEpisode, MemoryStore, Page, PageRequest, Playbook, Result, Review, ReviewKind,
+    ReviewSummary, Scope, StatusFilter, TenantId, TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount,
+    UserId, UserSummary, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use rows::micros;
@@ -139,6 +140,51 @@ impl SqliteStore {
     /// The database file, for operators and diagnostics.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Pending reviews of a tenant (of one user when `user` says so), each with its
+    /// user, oldest first, after the page's [`cairn_core::review_cursor`].
+    async fn review_page(
+        &self,
+        tenant: &str,
+        user: Option<String>,
+        page: &PageRequest,
+    ) -> Result<Page<cairn_core::UserReview>> {
+        let tenant = tenant.to_owned();
+        let after = page
+            .cursor
+            .as_deref()
+            .map(cairn_core::parse_review_cursor)
+            .transpose()?;
+        let limit = page.limit.max(1);
+        self.read(move |connection| {
+            let (after_at, after_id) = after.unwrap_or((i64::MIN, String::new()));
+            let mut statement = connection
+                .prepare_cached(&format!(
+                    "SELECT {}, user_id FROM reviews WHERE tenant = ?1 AND (?2 IS NULL OR user_id = ?2) \
+                     AND status = 'pending' AND (created_at > ?3 OR (created_at = ?3 AND id > ?4)) \
+                     ORDER BY created_at, id LIMIT ?5",
+                    rows::REVIEW_COLUMNS
+                ))
+                .map_err(storage)?;
+            let fetch = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+            let mut items = statement
+                .query_map(
+                    params![tenant, user, after_at, after_id, fetch],
+                    rows::user_review,
+                )
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)?;
+            let next_cursor = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|item| cairn_core::review_cursor(&item.review))
+            } else {
+                None
+            };
+            Ok(Page { items, next_cursor })
+        })
+        .await
     }
 
     async fn episode_log(
@@ -276,6 +322,7 @@ fn status_condition_text(status: StatusFilter) -> &'static str {
         StatusFilter::Only(FactStatus::Retracted) => "f.status = 'retracted'",
         // Forgotten facts are erased; nothing can match.
         StatusFilter::Only(FactStatus::Forgotten) => "0 = 1",
+        StatusFilter::Only(FactStatus::Pending) => "f.status = 'pending'",
     }
 }
 
@@ -290,7 +337,9 @@ fn rows_changed_in(change_set: &ChangeSet, tier: Tier) -> Vec<&str> {
                 ids.extend(episodes.iter().map(|episode| episode.id.as_str()))
             }
             Change::InsertFact(fact) if tier == Tier::Semantic => ids.push(fact.id.as_str()),
-            Change::SupersedeFact { fact_id, .. } | Change::RetractFact { fact_id, .. }
+            Change::SupersedeFact { fact_id, .. }
+            | Change::RetractFact { fact_id, .. }
+            | Change::ActivateFact { fact_id, .. }
                 if tier == Tier::Semantic =>
             {
                 ids.push(fact_id.as_str())
@@ -304,6 +353,9 @@ fn rows_changed_in(change_set: &ChangeSet, tier: Tier) -> Vec<&str> {
             | Change::InsertFact(_)
             | Change::SupersedeFact { .. }
             | Change::RetractFact { .. }
+            | Change::ActivateFact { .. }
+            | Change::InsertReview(_)
+            | Change::ResolveReview { .. }
             | Change::EraseFact { .. }
             | Change::InsertPlaybook(_)
             | Change::AppendPlaybookVersion { .. }
@@ -773,6 +825,105 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn get_review(&self, scope: &Scope, review_id: &str) -> Result<Option<Review>> {
+        let scope = scope.clone();
+        let review_id = review_id.to_owned();
+        self.read(move |connection| {
+            connection
+                .prepare_cached(&format!(
+                    "SELECT {} FROM reviews WHERE id = ?1 AND tenant = ?2 AND user_id = ?3",
+                    rows::REVIEW_COLUMNS
+                ))
+                .and_then(|mut statement| {
+                    statement
+                        .query_row(
+                            params![review_id, scope.tenant().as_str(), scope.user().as_str()],
+                            rows::review,
+                        )
+                        .optional()
+                })
+                .map_err(storage)
+        })
+        .await
+    }
+
+    async fn list_reviews(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Review>> {
+        let user = scope.user().as_str().to_owned();
+        let page = self
+            .review_page(scope.tenant().as_str(), Some(user), page)
+            .await?;
+        Ok(Page {
+            items: page.items.into_iter().map(|item| item.review).collect(),
+            next_cursor: page.next_cursor,
+        })
+    }
+
+    async fn list_tenant_reviews(
+        &self,
+        tenant: &TenantScope,
+        page: &PageRequest,
+    ) -> Result<Page<cairn_core::UserReview>> {
+        self.review_page(tenant.tenant().as_str(), None, page).await
+    }
+
+    async fn review_summary(&self, tenant: &TenantScope) -> Result<ReviewSummary> {
+        let tenant = tenant.tenant().as_str().to_owned();
+        self.read(move |connection| {
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT kind, count(*), min(created_at) FROM reviews \
+                     WHERE tenant = ?1 AND status = 'pending' GROUP BY kind ORDER BY kind",
+                )
+                .map_err(storage)?;
+            let rows = statement
+                .query_map(params![tenant], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        rows::count_at(row, 1)?,
+                        rows::optional_time_at(row, 2)?,
+                    ))
+                })
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)?;
+            let mut summary = ReviewSummary::default();
+            for (kind, count, oldest) in rows {
+                if let Some(kind) = ReviewKind::parse(&kind) {
+                    summary.by_kind.push((kind, count));
+                }
+                summary.oldest = match (summary.oldest, oldest) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            Ok(summary)
+        })
+        .await
+    }
+
+    async fn find_reviews_by_fingerprint(&self, scope: &Scope, fingerprint: &str) -> Result<Vec<Review>> {
+        let scope = scope.clone();
+        let fingerprint = fingerprint.to_owned();
+        self.read(move |connection| {
+            let mut statement = connection
+                .prepare_cached(&format!(
+                    "SELECT {} FROM reviews WHERE tenant = ?1 AND user_id = ?2 AND fingerprint = ?3 \
+                     ORDER BY seq DESC LIMIT 100",
+                    rows::REVIEW_COLUMNS
+                ))
+                .map_err(storage)?;
+            statement
+                .query_map(
+                    params![scope.tenant().as_str(), scope.user().as_str(), fingerprint],
+                    rows::review,
+                )
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)
+        })
+        .await
+    }
+
     async fn list_tombstones(&self, scope: &Scope) -> Result<Vec<Tombstone>> {
         let scope = scope.clone();
         self.read(move |connection| {
@@ -995,6 +1146,7 @@ impl MemoryStore for SqliteStore {
                 tombstones: erase("DELETE FROM tombstones WHERE tenant = ?1 AND user_id = ?2")?,
                 decisions: erase("DELETE FROM decisions WHERE tenant = ?1 AND user_id = ?2")?,
                 jobs: erase("DELETE FROM jobs WHERE tenant = ?1 AND user_id = ?2")?,
+                reviews: erase("DELETE FROM reviews WHERE tenant = ?1 AND user_id = ?2")?,
             };
             erase("DELETE FROM consolidation_state WHERE tenant = ?1 AND user_id = ?2")?;
             commit::insert_audit(&transaction, &scope, &audit).map_err(storage)?;

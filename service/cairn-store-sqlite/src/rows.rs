@@ -2,7 +2,7 @@
 
 use cairn_core::{
     AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, Fact, FactStatus, FactType, Playbook,
-    Scope, Tombstone, TombstoneReason,
+    Review, ReviewKind, ReviewStatus, Scope, Tombstone, TombstoneReason,
 };
 use chrono::{DateTime, Utc};
 use rusqlite::Row;
@@ -195,6 +195,41 @@ pub fn tombstone(row: &Row<'_>) -> rusqlite::Result<Tombstone> {
         },
         created_at: time_at(row, 4)?,
         lifted_at: optional_time_at(row, 5)?,
+    })
+}
+
+pub const REVIEW_COLUMNS: &str = "id, kind, fact_id, target_id, rule, reason, decision_id, \
+     evidence_episode_ids, fingerprint, origin, proposed_by, created_at, status, resolved_at, resolved_by, note";
+
+pub fn review(row: &Row<'_>) -> rusqlite::Result<Review> {
+    let kind: String = row.get(1)?;
+    let status: String = row.get(12)?;
+    Ok(Review {
+        id: row.get(0)?,
+        kind: ReviewKind::parse(&kind).ok_or_else(|| conversion_error(1, format!("review kind {kind}")))?,
+        fact_id: row.get(2)?,
+        target_id: row.get(3)?,
+        rule: row.get(4)?,
+        reason: row.get(5)?,
+        decision_id: row.get(6)?,
+        evidence_episode_ids: json_at(row, 7)?,
+        fingerprint: row.get(8)?,
+        origin: row.get(9)?,
+        proposed_by: row.get(10)?,
+        created_at: time_at(row, 11)?,
+        status: ReviewStatus::parse(&status)
+            .ok_or_else(|| conversion_error(12, format!("review status {status}")))?,
+        resolved_at: optional_time_at(row, 13)?,
+        resolved_by: row.get(14)?,
+        note: row.get(15)?,
+    })
+}
+
+/// [`review`] with the user column after the review's own.
+pub fn user_review(row: &Row<'_>) -> rusqlite::Result<cairn_core::UserReview> {
+    Ok(cairn_core::UserReview {
+        user: row.get(16)?,
+        review: review(row)?,
     })
 }
 

@@ -2,7 +2,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Durability, safety and read settings applied to every connection. `synchronous=FULL`
 /// in WAL mode means an acknowledged commit survives a crash of the process or the
@@ -60,6 +60,9 @@ pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     }
     if version < 5 {
         transaction.execute_batch(AUDIT_KEYS)?;
+    }
+    if version < 6 {
+        transaction.execute_batch(REVIEWS)?;
     }
     if version < SCHEMA_VERSION {
         transaction.execute(
@@ -290,4 +293,33 @@ CREATE INDEX jobs_by_tenant ON jobs (tenant, run_after, seq);
 /// deleted with the scope's state when it is erased.
 const AUDIT_KEYS: &str = r#"
 ALTER TABLE consolidation_state ADD COLUMN audit_key BLOB;
+"#;
+
+/// Version 6: outcomes held for a person's review. A pending review's fact is stored
+/// with status `pending`; the review says what approving it changes.
+const REVIEWS: &str = r#"
+CREATE TABLE reviews (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    fact_id TEXT NOT NULL,
+    target_id TEXT,
+    rule TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    decision_id TEXT NOT NULL,
+    evidence_episode_ids TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    proposed_by TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    resolved_at INTEGER,
+    resolved_by TEXT,
+    note TEXT
+);
+CREATE INDEX reviews_queue ON reviews (tenant, status, created_at, id);
+CREATE INDEX reviews_scope ON reviews (tenant, user_id, status, created_at, id);
+CREATE INDEX reviews_value ON reviews (tenant, user_id, fingerprint);
 "#;

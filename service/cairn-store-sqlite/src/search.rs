@@ -52,9 +52,14 @@ fn restrictions(scope: &Scope, restrict: &SearchFilter, parameters: &mut Vec<Val
         Tier::Semantic => {
             let mut conditions = format!(
                 "f.tenant = {tenant} AND f.user_id = {user} AND f.created_at <= {as_of} \
-                 AND f.status IN ('active', 'superseded') \
+                 AND f.status IN ('active', 'superseded'{}) \
                  AND (f.expires_at IS NULL OR f.expires_at > {event}) \
-                 AND (f.valid_from IS NULL OR f.valid_from <= {event})"
+                 AND (f.valid_from IS NULL OR f.valid_from <= {event})",
+                if restrict.include_pending {
+                    ", 'pending'"
+                } else {
+                    ""
+                }
             );
             if restrict.valid_at.is_some() {
                 // What held then, whether or not it has been superseded since.
@@ -371,19 +376,20 @@ fn embedding(memory: &Memory) -> Option<&[f32]> {
 
 /// The columns an index row is read from, per tier: row id, known-from, expiry,
 /// end of validity, start of validity, supersession, fact type, session, vector, and
-/// whether the row may be indexed at all (retracted facts may not).
+/// whether the row may be indexed at all (retracted facts may not), and whether it is
+/// a fact pending review.
 fn index_columns(tier: Tier) -> &'static str {
     match tier {
         Tier::Semantic => {
             "SELECT seq, created_at, expires_at, valid_to, valid_from, superseded_at, fact_type, NULL, embedding, \
-             status IN ('active', 'superseded') FROM facts"
+             status IN ('active', 'superseded', 'pending'), status = 'pending' FROM facts"
         }
         Tier::Episodic => {
-            "SELECT seq, ingested_at, NULL, NULL, MIN(occurred_at, ingested_at), NULL, NULL, session_id, embedding, 1 \
+            "SELECT seq, ingested_at, NULL, NULL, MIN(occurred_at, ingested_at), NULL, NULL, session_id, embedding, 1, 0 \
              FROM episodes"
         }
         Tier::Procedural => {
-            "SELECT seq, created_at, NULL, NULL, NULL, NULL, NULL, NULL, embedding, 1 FROM playbooks"
+            "SELECT seq, created_at, NULL, NULL, NULL, NULL, NULL, NULL, embedding, 1, 0 FROM playbooks"
         }
     }
 }
@@ -408,6 +414,7 @@ fn index_row(row: &rusqlite::Row<'_>) -> Result<(Currency, Option<Vec<f32>>)> {
         valid_from: bound(4, i64::MIN)?,
         superseded_at: bound(5, i64::MAX)?,
         kind,
+        pending: row.get(10).map_err(storage)?,
         session: row
             .get::<_, Option<String>>(7)
             .map_err(storage)?

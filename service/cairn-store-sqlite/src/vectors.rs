@@ -37,6 +37,8 @@ pub struct Currency {
     pub superseded_at: i64,
     /// Bit of the fact type (0 for episodes and playbooks).
     pub kind: u8,
+    /// A fact pending review: found only when the filter includes pending facts.
+    pub pending: bool,
     pub session: Option<Box<str>>,
 }
 
@@ -50,6 +52,7 @@ impl Currency {
             conditions.include_history || at < self.valid_to
         };
         self.known_from <= at
+            && (!self.pending || conditions.include_pending)
             && event < self.expires
             && self.valid_from <= event
             && held
@@ -68,6 +71,7 @@ struct Conditions<'a> {
     event: i64,
     event_time: bool,
     include_history: bool,
+    include_pending: bool,
     kinds: u32,
     session: Option<&'a str>,
 }
@@ -79,6 +83,7 @@ impl<'a> Conditions<'a> {
             event: micros(filter.valid_at.unwrap_or(filter.as_of)),
             event_time: filter.valid_at.is_some(),
             include_history: filter.include_history,
+            include_pending: filter.include_pending,
             kinds: filter
                 .fact_types
                 .iter()
@@ -491,6 +496,7 @@ mod tests {
             valid_from: i64::MIN,
             superseded_at: i64::MAX,
             kind: 0,
+            pending: false,
             session: None,
         }
     }
@@ -500,6 +506,7 @@ mod tests {
             tier: Tier::Semantic,
             as_of: Utc.timestamp_opt(1_000, 0).single().expect("time"),
             include_history: false,
+            include_pending: false,
             valid_at: None,
             fact_types: Vec::new(),
             session_id: None,
@@ -774,6 +781,13 @@ mod tests {
             &vector,
         );
         index.push(row(7), &[1.0, 0.0]);
+        index.push(
+            Currency {
+                pending: true,
+                ..row(8)
+            },
+            &vector,
+        );
         let seqs = |filter: &SearchFilter| -> Vec<i64> {
             index
                 .candidates(&vector, filter, 10)
@@ -784,9 +798,20 @@ mod tests {
         assert_eq!(seqs(&filter()), vec![5, 6]);
         let history = SearchFilter {
             include_history: true,
+            include_pending: false,
             ..filter()
         };
         assert_eq!(seqs(&history), vec![4, 5, 6]);
+        assert_eq!(
+            seqs(&filter()),
+            vec![5, 6],
+            "a pending fact is not found by default"
+        );
+        let pending = SearchFilter {
+            include_pending: true,
+            ..filter()
+        };
+        assert_eq!(seqs(&pending), vec![5, 6, 8]);
         // At an earlier event time: what held then, superseded since or not; what
         // expired later had not expired then.
         let then = SearchFilter {

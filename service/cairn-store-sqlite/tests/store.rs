@@ -123,6 +123,7 @@ async fn upgrading_from_version_2_indexes_episode_context() {
                  DROP INDEX jobs_by_tenant;
                  ALTER TABLE jobs DROP COLUMN dead_at;
                  ALTER TABLE consolidation_state DROP COLUMN audit_key;
+                 DROP TABLE reviews;
                  UPDATE schema_meta SET value = '2' WHERE key = 'version';",
             )
             .expect("downgrade");
@@ -154,6 +155,7 @@ async fn upgrading_from_version_2_indexes_episode_context() {
                 tier: Tier::Episodic,
                 as_of: chrono::Utc::now(),
                 include_history: false,
+                include_pending: false,
                 valid_at: None,
                 fact_types: Vec::new(),
                 session_id: None,
@@ -213,6 +215,7 @@ async fn current_facts_below_many_stale_matches_are_found() {
                 tier: Tier::Semantic,
                 as_of: now,
                 include_history: false,
+                include_pending: false,
                 valid_at: None,
                 fact_types: Vec::new(),
                 session_id: None,
@@ -347,7 +350,7 @@ async fn a_backup_under_writes_restores_every_acknowledged_write() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     writer.await.expect("writer");
     assert!(before.len() > 5, "writes went on: {}", before.len());
-    assert_eq!(report.schema_version, 5);
+    assert_eq!(report.schema_version, 6);
     assert!(report.bytes > 0);
     #[cfg(unix)]
     {

@@ -5,8 +5,9 @@
 use cairn_core::text::fingerprint;
 use cairn_core::{
     AuditEvent, Change, ChangeSet, ConsolidationJob, Edge, EdgeKind, Episode, Error, Fact, FactStatus,
-    FactType, Memory, MemoryStore, PageRequest, Permission, Playbook, Principal, Scope, SearchFilter,
-    StatusFilter, TenantId, TextQuery, Tier, Tombstone, TombstoneReason, UseCount, VectorQuery, new_id,
+    FactType, Memory, MemoryStore, PageRequest, Permission, Playbook, Principal, Review, ReviewKind,
+    ReviewStatus, Scope, SearchFilter, StatusFilter, TenantId, TextQuery, Tier, Tombstone, TombstoneReason,
+    UseCount, VectorQuery, new_id,
 };
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
@@ -50,6 +51,7 @@ macro_rules! conformance_suite {
             legs_searched_together_answer_as_alone,
             decisions_filter_by_kind_and_page,
             event_time_is_asked_apart_from_belief_time,
+            reviews_hold_a_change_until_one_reviewer_decides,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
@@ -194,6 +196,7 @@ async fn search(
                     tier: Tier::Semantic,
                     as_of,
                     include_history: history,
+                    include_pending: false,
                     valid_at: None,
                     fact_types: Vec::new(),
                     session_id: None,
@@ -827,6 +830,7 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
                     tier: Tier::Procedural,
                     as_of: Utc::now(),
                     include_history: false,
+                    include_pending: false,
                     valid_at: None,
                     fact_types: Vec::new(),
                     session_id: None,
@@ -966,6 +970,7 @@ pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
         tier: Tier::Semantic,
         as_of: Utc::now(),
         include_history: false,
+        include_pending: false,
         valid_at: None,
         fact_types: Vec::new(),
         session_id: None,
@@ -1019,6 +1024,7 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
                 tier: Tier::Episodic,
                 as_of: Utc::now(),
                 include_history: false,
+                include_pending: false,
                 valid_at: None,
                 fact_types: Vec::new(),
                 session_id: session.map(str::to_owned),
@@ -1134,6 +1140,7 @@ pub async fn episodes_are_found_by_their_neighbours_in_the_session(store: Arc<dy
                         tier: Tier::Episodic,
                         as_of: Utc::now(),
                         include_history: false,
+                        include_pending: false,
                         valid_at: None,
                         fact_types: Vec::new(),
                         session_id: None,
@@ -1210,6 +1217,7 @@ async fn nearest(
                     tier: Tier::Semantic,
                     as_of: Utc::now(),
                     include_history: history,
+                    include_pending: false,
                     valid_at: None,
                     fact_types: Vec::new(),
                     session_id: None,
@@ -1346,6 +1354,7 @@ async fn nearest_in(
         tier,
         as_of: Utc::now(),
         include_history: history,
+        include_pending: false,
         valid_at: None,
         fact_types: Vec::new(),
         session_id: None,
@@ -1783,6 +1792,7 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
                 tier,
                 as_of: Utc::now(),
                 include_history: true,
+                include_pending: false,
                 valid_at: None,
                 fact_types: Vec::new(),
                 session_id: None,
@@ -2276,6 +2286,7 @@ pub async fn text_scores_use_only_the_scopes_statistics(store: Arc<dyn MemorySto
                 tier,
                 as_of: Utc::now(),
                 include_history: false,
+                include_pending: false,
                 valid_at: None,
                 fact_types: Vec::new(),
                 session_id: None,
@@ -2483,6 +2494,7 @@ pub async fn search_hits_carry_vectors_when_asked(store: Arc<dyn MemoryStore>) {
         tier: Tier::Semantic,
         as_of: Utc::now(),
         include_history: false,
+        include_pending: false,
         valid_at: None,
         fact_types: Vec::new(),
         session_id: None,
@@ -2535,6 +2547,7 @@ pub async fn legs_searched_together_answer_as_alone(store: Arc<dyn MemoryStore>)
         tier,
         as_of: Utc::now(),
         include_history: false,
+        include_pending: false,
         valid_at: None,
         fact_types: Vec::new(),
         session_id: None,
@@ -2704,6 +2717,7 @@ async fn found_at(
         tier,
         as_of,
         include_history: false,
+        include_pending: false,
         valid_at,
         fact_types: Vec::new(),
         session_id: None,
@@ -2890,6 +2904,396 @@ pub async fn event_time_is_asked_apart_from_belief_time(store: Arc<dyn MemorySto
         .await
         .is_empty(),
         "not said yet"
+    );
+}
+
+/// A review of `fact` (pending) as the use cases hold one.
+pub fn review(kind: ReviewKind, fact: &Fact, target_id: Option<&str>, created_at: DateTime<Utc>) -> Review {
+    // Stores keep microseconds.
+    let created_at = DateTime::from_timestamp_micros(created_at.timestamp_micros()).unwrap_or(created_at);
+    Review {
+        id: new_id("rev"),
+        kind,
+        fact_id: fact.id.clone(),
+        target_id: target_id.map(str::to_owned),
+        rule: kind.as_str().to_owned(),
+        reason: "held by the conformance suite".into(),
+        decision_id: new_id("dec"),
+        evidence_episode_ids: fact.source_episode_ids.clone(),
+        fingerprint: fingerprint(&fact.text),
+        origin: "api".into(),
+        proposed_by: "conformance".into(),
+        created_at,
+        status: ReviewStatus::Pending,
+        resolved_at: None,
+        resolved_by: None,
+        note: None,
+    }
+}
+
+fn hold(scope: &Scope, fact: &Fact, review: &Review) -> ChangeSet {
+    ChangeSet::new(audit(scope, "fact.hold"))
+        .with(Change::InsertFact(fact.clone()))
+        .with(Change::InsertReview(review.clone()))
+}
+
+fn resolve(scope: &Scope, review: &Review, status: ReviewStatus) -> Change {
+    Change::ResolveReview {
+        review_id: review.id.clone(),
+        status,
+        at: Utc::now(),
+        by: format!("{}-reviewer", scope.user()),
+        note: None,
+    }
+}
+
+pub async fn reviews_hold_a_change_until_one_reviewer_decides(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let stranger = scope("globex", "alice");
+    let start = Utc::now() - Duration::seconds(60);
+    let porto = fact("The user lives in Porto", start);
+    insert(store.as_ref(), &alice, &porto).await;
+    let lisbon = Fact {
+        status: FactStatus::Pending,
+        ..fact("The user lives in Lisbon", start + Duration::seconds(1))
+    };
+    let held = review(
+        ReviewKind::Supersession,
+        &lisbon,
+        Some(&porto.id),
+        lisbon.created_at,
+    );
+    store
+        .commit(&alice, hold(&alice, &lisbon, &held))
+        .await
+        .expect("hold");
+    // Held elsewhere: another user of the tenant, and another tenant.
+    for (other, text, second) in [
+        (&bob, "The user owns a kayak", 2),
+        (&stranger, "The user owns a canoe", 3),
+    ] {
+        let pending = Fact {
+            status: FactStatus::Pending,
+            ..fact(text, start + Duration::seconds(second))
+        };
+        let other_review = review(ReviewKind::NewFact, &pending, None, pending.created_at);
+        store
+            .commit(other, hold(other, &pending, &other_review))
+            .await
+            .expect("hold elsewhere");
+    }
+
+    // A pending fact is found only when asked for, and changes nothing.
+    let now = Utc::now();
+    assert_eq!(
+        search(store.as_ref(), &alice, "lives", now, false).await,
+        vec![porto.id.clone()]
+    );
+    let mut filter = SearchFilter {
+        tier: Tier::Semantic,
+        as_of: now,
+        include_history: false,
+        include_pending: true,
+        valid_at: None,
+        fact_types: Vec::new(),
+        session_id: None,
+        limit: 10,
+        with_vectors: false,
+    };
+    let mut with_pending: Vec<String> = store
+        .search_text(&alice, &TextQuery::new(filter.clone(), "lives"))
+        .await
+        .expect("search")
+        .into_iter()
+        .map(|hit| hit.memory.id().to_owned())
+        .collect();
+    with_pending.sort();
+    let mut expected = vec![porto.id.clone(), lisbon.id.clone()];
+    expected.sort();
+    assert_eq!(with_pending, expected);
+    filter.with_vectors = true;
+    let near: Vec<String> = store
+        .search_vector(
+            &alice,
+            &VectorQuery {
+                filter: filter.clone(),
+                vector: vec![0.25, -0.5, 1.0],
+            },
+        )
+        .await
+        .expect("vector search")
+        .into_iter()
+        .map(|hit| hit.memory.id().to_owned())
+        .collect();
+    assert!(near.contains(&lisbon.id), "{near:?}");
+    filter.include_pending = false;
+    let near: Vec<String> = store
+        .search_vector(
+            &alice,
+            &VectorQuery {
+                filter,
+                vector: vec![0.25, -0.5, 1.0],
+            },
+        )
+        .await
+        .expect("vector search")
+        .into_iter()
+        .map(|hit| hit.memory.id().to_owned())
+        .collect();
+    assert!(!near.contains(&lisbon.id), "{near:?}");
+    let page = PageRequest {
+        limit: 10,
+        cursor: None,
+    };
+    let pending = store
+        .list_facts(&alice, StatusFilter::Only(FactStatus::Pending), now, &page)
+        .await
+        .expect("list");
+    assert_eq!(pending.items.len(), 1);
+    assert_eq!(pending.items[0].id, lisbon.id);
+    let active = store
+        .list_facts(&alice, StatusFilter::Only(FactStatus::Active), now, &page)
+        .await
+        .expect("list");
+    assert_eq!(
+        active.items.iter().map(|f| f.id.clone()).collect::<Vec<_>>(),
+        vec![porto.id.clone()]
+    );
+
+    // The queues: the user's, the tenant's (oldest first, paged), counted by kind.
+    assert_eq!(
+        store.get_review(&alice, &held.id).await.expect("get"),
+        Some(held.clone())
+    );
+    assert_eq!(store.get_review(&bob, &held.id).await.expect("get"), None);
+    let mine = store.list_reviews(&alice, &page).await.expect("queue");
+    assert_eq!(mine.items, vec![held.clone()]);
+    let tenant = tenant_scope("acme");
+    let first = store
+        .list_tenant_reviews(
+            &tenant,
+            &PageRequest {
+                limit: 1,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("tenant queue");
+    assert_eq!(first.items.len(), 1);
+    assert_eq!(first.items[0].review.id, held.id, "oldest first");
+    assert_eq!(first.items[0].user, "alice");
+    let second = store
+        .list_tenant_reviews(
+            &tenant,
+            &PageRequest {
+                limit: 1,
+                cursor: first.next_cursor.clone(),
+            },
+        )
+        .await
+        .expect("tenant queue");
+    assert_eq!(second.items.len(), 1);
+    assert_eq!(second.items[0].review.kind, ReviewKind::NewFact);
+    assert_eq!(second.items[0].user, "bob");
+    assert!(
+        second.next_cursor.is_none(),
+        "the other tenant's review is not in this queue"
+    );
+    let summary = store.review_summary(&tenant).await.expect("summary");
+    assert_eq!(
+        summary.by_kind,
+        vec![(ReviewKind::NewFact, 1), (ReviewKind::Supersession, 1)]
+    );
+    assert_eq!(summary.total(), 2);
+    assert_eq!(
+        summary.oldest.map(|at| at.timestamp_micros()),
+        Some(held.created_at.timestamp_micros())
+    );
+    let by_value = store
+        .find_reviews_by_fingerprint(&alice, &fingerprint("the user lives in LISBON"))
+        .await
+        .expect("by value");
+    assert_eq!(by_value.len(), 1);
+    assert!(
+        store
+            .find_reviews_by_fingerprint(&bob, &fingerprint(&lisbon.text))
+            .await
+            .expect("by value")
+            .is_empty()
+    );
+
+    // Two reviewers approve at once: exactly one applies the change.
+    let approve = |reviewer: &Scope| {
+        ChangeSet::new(audit(reviewer, "review.approve"))
+            .with(resolve(reviewer, &held, ReviewStatus::Approved))
+            .with(Change::ActivateFact {
+                fact_id: lisbon.id.clone(),
+                at: Utc::now(),
+            })
+            .with(Change::SupersedeFact {
+                fact_id: porto.id.clone(),
+                superseded_by: lisbon.id.clone(),
+                at: Utc::now(),
+                valid_to: None,
+            })
+    };
+    let (one, two) = tokio::join!(
+        store.commit(&alice, approve(&alice)),
+        store.commit(&alice, approve(&alice))
+    );
+    let outcomes = [one, two];
+    assert_eq!(
+        outcomes.iter().filter(|outcome| outcome.is_ok()).count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes.iter().any(|outcome| matches!(
+            outcome,
+            Err(Error::Conflict {
+                code: cairn_core::ErrorCode::ReviewResolved | cairn_core::ErrorCode::NotActive,
+                ..
+            })
+        )),
+        "{outcomes:?}"
+    );
+    let approved = store
+        .get_review(&alice, &held.id)
+        .await
+        .expect("get")
+        .expect("kept");
+    assert_eq!(approved.status, ReviewStatus::Approved);
+    assert_eq!(approved.resolved_by.as_deref(), Some("alice-reviewer"));
+    assert!(approved.resolved_at.is_some());
+    let lisbon_now = store
+        .get_fact(&alice, &lisbon.id)
+        .await
+        .expect("get")
+        .expect("kept");
+    assert_eq!(lisbon_now.status, FactStatus::Active);
+    assert!(lisbon_now.created_at > lisbon.created_at, "learned when approved");
+    let porto_now = store
+        .get_fact(&alice, &porto.id)
+        .await
+        .expect("get")
+        .expect("kept");
+    assert_eq!(porto_now.status, FactStatus::Superseded);
+    assert!(
+        store
+            .list_reviews(&alice, &page)
+            .await
+            .expect("queue")
+            .items
+            .is_empty()
+    );
+    assert_eq!(store.review_summary(&tenant).await.expect("summary").total(), 1);
+
+    // A rejection retracts the pending fact; a second decision is refused.
+    let kayak = Fact {
+        status: FactStatus::Pending,
+        ..fact("The user owns a red kayak", Utc::now())
+    };
+    let kayak_review = review(ReviewKind::NewFact, &kayak, None, kayak.created_at);
+    store
+        .commit(&alice, hold(&alice, &kayak, &kayak_review))
+        .await
+        .expect("hold");
+    let reject = || {
+        ChangeSet::new(audit(&alice, "review.reject"))
+            .with(resolve(&alice, &kayak_review, ReviewStatus::Rejected))
+            .with(Change::RetractFact {
+                fact_id: kayak.id.clone(),
+                reason: Some("rejected in review".into()),
+                at: Utc::now(),
+            })
+    };
+    store.commit(&alice, reject()).await.expect("reject");
+    let again = store.commit(&alice, reject()).await;
+    assert!(
+        matches!(
+            again,
+            Err(Error::Conflict {
+                code: cairn_core::ErrorCode::ReviewResolved,
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    let rejected = store
+        .get_fact(&alice, &kayak.id)
+        .await
+        .expect("get")
+        .expect("kept");
+    assert_eq!(rejected.status, FactStatus::Retracted);
+    // Another scope cannot decide on this scope's review.
+    let foreign = store
+        .commit(
+            &bob,
+            ChangeSet::new(audit(&bob, "review.approve")).with(resolve(
+                &bob,
+                &kayak_review,
+                ReviewStatus::Approved,
+            )),
+        )
+        .await;
+    assert!(matches!(foreign, Err(Error::NotFound { .. })), "{foreign:?}");
+
+    // A held value under a tombstone waits as pending; it activates only with the lift.
+    let peanuts = fact("The user is allergic to peanuts", Utc::now());
+    let tombstone = Tombstone {
+        id: new_id("tomb"),
+        fingerprint: fingerprint(&peanuts.text),
+        fact_id: peanuts.id.clone(),
+        reason: TombstoneReason::Forgotten,
+        created_at: Utc::now(),
+        lifted_at: None,
+    };
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "fact.forget")).with(Change::InsertTombstone(tombstone.clone())),
+        )
+        .await
+        .expect("tombstone");
+    let restated = Fact {
+        status: FactStatus::Pending,
+        ..fact("The user is allergic to peanuts", Utc::now())
+    };
+    let lift = review(
+        ReviewKind::TombstoneLift,
+        &restated,
+        Some(&tombstone.id),
+        restated.created_at,
+    );
+    store
+        .commit(&alice, hold(&alice, &restated, &lift))
+        .await
+        .expect("a restated value is held");
+    let activate = ChangeSet::new(audit(&alice, "review.approve")).with(Change::ActivateFact {
+        fact_id: restated.id.clone(),
+        at: Utc::now(),
+    });
+    let refused = store.commit(&alice, activate.clone()).await;
+    assert!(matches!(refused, Err(Error::Tombstoned { .. })), "{refused:?}");
+    let mut lifted = ChangeSet::new(audit(&alice, "review.approve")).with(Change::LiftTombstone {
+        tombstone_id: tombstone.id.clone(),
+        at: Utc::now(),
+    });
+    lifted.changes.extend(activate.changes);
+    store.commit(&alice, lifted).await.expect("lift and activate");
+
+    // Erasure removes the scope's reviews and counts them.
+    let receipt = store
+        .erase_scope(&alice, audit(&alice, "user.erase"))
+        .await
+        .expect("erase");
+    assert_eq!(receipt.reviews, 3);
+    assert!(store.get_review(&alice, &held.id).await.expect("get").is_none());
+    assert_eq!(
+        store.review_summary(&tenant).await.expect("summary").total(),
+        1,
+        "bob's stays"
     );
 }
 

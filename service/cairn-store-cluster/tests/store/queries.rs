@@ -29,6 +29,7 @@ fn filter(tier: Tier) -> SearchFilter {
         tier,
         as_of: DateTime::<Utc>::from_timestamp(1_800_000_000, 0).expect("time"),
         include_history: false,
+        include_pending: false,
         valid_at: None,
         fact_types: vec![FactType::Preference],
         session_id: Some("s1".into()),
