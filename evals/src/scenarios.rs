@@ -427,6 +427,7 @@ async fn run_scenario(
                     as_of: Some(as_of),
                     valid_at: None,
                     include_history: false,
+                    include_pending: false,
                     explain: false,
                     fact_types: Vec::new(),
                     session_id: None,

@@ -377,7 +377,7 @@ pub fn entities_of(facts: &[Fact]) -> Vec<Entity> {
                     FactStatus::Superseded | FactStatus::Retracted | FactStatus::Expired => {
                         draft.history.push(fact.clone())
                     }
-                    FactStatus::Forgotten => {}
+                    FactStatus::Forgotten | FactStatus::Pending => {}
                 }
             }
         }

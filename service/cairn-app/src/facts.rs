@@ -1,12 +1,13 @@
 //! Explicit fact writes, supersession, retraction and forgetting, through the gates.
 
 use crate::consolidation::language;
+use crate::review::Hold;
 use crate::{Cairn, RequestContext, audit_event, decision, now, validate};
 use cairn_core::text::{fingerprint, keyed_fingerprint};
 use cairn_core::{
     Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Episode, Error, Fact, FactStatus, FactType,
-    Memory, Page, PageRequest, Result, Scope, SearchFilter, StatusFilter, TextQuery, Tier, Tombstone,
-    TombstoneReason, new_id,
+    Memory, Page, PageRequest, Result, ReviewKind, Scope, SearchFilter, StatusFilter, TextQuery, Tier,
+    Tombstone, TombstoneReason, new_id,
 };
 use chrono::{DateTime, Utc};
 
@@ -105,6 +106,7 @@ impl Cairn {
         // for explicitly and backed by evidence: a user episode of this scope, ingested
         // after the tombstone, that states the value.
         let mut lift_event = None;
+        let mut lifted = None;
         if let Some(tombstone) = self.store.find_tombstone(scope, &value_fingerprint).await? {
             let evidence = if input.reassert {
                 self.restatement(
@@ -154,6 +156,7 @@ impl Cairn {
                     tombstone_id: tombstone.id,
                 });
             };
+            lifted = Some(tombstone.id.clone());
             changes.push(Change::LiftTombstone {
                 tombstone_id: tombstone.id.clone(),
                 at: created_at,
@@ -209,6 +212,37 @@ impl Cairn {
             self.store.commit(scope, change_set).await?;
             return Ok(FactWriteOutcome {
                 fact: existing,
+                decision: duplicate,
+                created: false,
+            });
+        }
+
+        // A value already waiting for review is not held twice.
+        if input.supersedes.is_none()
+            && let Some(review) = self
+                .reviewed_value(scope, &fact.text)
+                .await?
+                .filter(|review| review.status == cairn_core::ReviewStatus::Pending)
+            && let Some(pending) = self.store.get_fact(scope, &review.fact_id).await?
+        {
+            let duplicate = decision(
+                DecisionKind::Duplicate,
+                format!("the same value is pending review {}", review.id),
+                Some(pending.id.clone()),
+                vec![pending.id.clone(), review.id.clone()],
+            );
+            let event = audit_event(
+                scope,
+                context,
+                "fact.write_duplicate",
+                vec![pending.id.clone()],
+                serde_json::Value::Null,
+            );
+            self.store
+                .commit(scope, ChangeSet::new(event).with_decision(duplicate.clone()))
+                .await?;
+            return Ok(FactWriteOutcome {
+                fact: pending,
                 decision: duplicate,
                 created: false,
             });
@@ -274,6 +308,44 @@ impl Cairn {
                 }
             }
         };
+        // Gate: review. An outcome the tenant's policy holds is stored pending with its
+        // review, and changes nothing else until a person approves it.
+        let (kind, target) = match (&lifted, &input.supersedes, input.contradiction) {
+            (Some(tombstone_id), _, _) => (ReviewKind::TombstoneLift, Some(tombstone_id.clone())),
+            (None, Some(old_id), Contradiction::Natural) => (ReviewKind::Supersession, Some(old_id.clone())),
+            (None, Some(old_id), Contradiction::Harsh) => (ReviewKind::Retraction, Some(old_id.clone())),
+            (None, None, _) => (ReviewKind::NewFact, None),
+        };
+        if let Some(rule) = self.review_policy(scope.tenant().as_str()).rule_for(kind, &fact) {
+            let hold = Hold {
+                kind,
+                rule,
+                target_id: target,
+                reason: main_decision.reason.clone(),
+                origin: "api".into(),
+            };
+            let (held_changes, held) = hold.changes(scope, &mut fact, new_id("dec"));
+            // A held lift still needs its evidence; nothing else of the outcome is applied.
+            let mut held_set = ChangeSet::new(audit_event(
+                scope,
+                context,
+                "fact.hold",
+                held.target_ids.iter().chain([&fact.id]).cloned().collect(),
+                serde_json::json!({ "kind": kind.as_str() }),
+            ))
+            .with_decision(held.clone());
+            held_set.changes = changes
+                .into_iter()
+                .filter(|change| matches!(change, Change::RequireEpisodes(_)))
+                .chain(held_changes)
+                .collect();
+            self.store.commit(scope, held_set).await?;
+            return Ok(FactWriteOutcome {
+                fact,
+                decision: held,
+                created: true,
+            });
+        }
         let mut target_ids = vec![fact.id.clone()];
         target_ids.extend(input.supersedes.iter().cloned());
         let event = audit_event(scope, context, action, target_ids, serde_json::Value::Null);
@@ -340,6 +412,7 @@ impl Cairn {
                     tier: Tier::Episodic,
                     as_of: now(),
                     include_history: false,
+                    include_pending: false,
                     valid_at: None,
                     fact_types: Vec::new(),
                     session_id: None,
@@ -505,7 +578,7 @@ impl Cairn {
     }
 }
 
-fn retraction_changes(fact: &Fact, reason: Option<&str>, at: DateTime<Utc>) -> Vec<Change> {
+pub(crate) fn retraction_changes(fact: &Fact, reason: Option<&str>, at: DateTime<Utc>) -> Vec<Change> {
     vec![
         Change::RetractFact {
             fact_id: fact.id.clone(),

@@ -10,6 +10,7 @@ mod playbooks;
 mod portability;
 mod profile;
 mod recall;
+mod review;
 mod usage;
 mod validate;
 
@@ -28,6 +29,7 @@ pub use portability::{
 };
 pub use profile::{Profile, ProfileRequest};
 pub use recall::{Explanation, Priors, RecallHit, RecallRequest, RecallResult, rrf};
+pub use review::{ReviewItem, ReviewOutcome, ReviewPolicies, ReviewPolicy, TenantQueue};
 pub use usage::UsageLog;
 
 use cairn_core::{
@@ -79,6 +81,8 @@ pub struct Settings {
     /// The cosine between a question and its best memory at or above which an answer
     /// is known (see `answer.rs`).
     pub answer_min_similarity: f64,
+    /// Which outcomes wait for a person, per tenant (none by default).
+    pub review: ReviewPolicies,
 }
 
 impl Default for Settings {
@@ -101,6 +105,7 @@ impl Default for Settings {
             consolidation: ConsolidationSettings::default(),
             // Calibrated on LoCoMo (evals/run --answer).
             answer_min_similarity: 0.5,
+            review: ReviewPolicies::default(),
         }
     }
 }

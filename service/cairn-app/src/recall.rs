@@ -173,6 +173,8 @@ pub struct RecallRequest {
     /// the episodes they came from, or the dates they state), superseded since or not.
     pub valid_at: Option<DateTime<Utc>>,
     pub include_history: bool,
+    /// Also facts held for review (their hits' status says `pending`).
+    pub include_pending: bool,
     pub explain: bool,
     pub fact_types: Vec<FactType>,
     pub session_id: Option<String>,
@@ -189,6 +191,7 @@ impl RecallRequest {
             as_of: None,
             valid_at: None,
             include_history: false,
+            include_pending: false,
             explain: false,
             fact_types: Vec::new(),
             session_id: None,
@@ -264,6 +267,7 @@ impl Cairn {
                 tier: *tier,
                 as_of,
                 include_history: request.include_history,
+                include_pending: request.include_pending,
                 valid_at: request.valid_at,
                 fact_types: fact_types.clone(),
                 session_id: session_id.clone(),

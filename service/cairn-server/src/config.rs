@@ -167,6 +167,23 @@ pub struct Config {
     /// PEM certificate chain and private key: with both, the listener serves HTTPS.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// Outcomes held for a person's review, comma-separated: `supersession`,
+    /// `retraction`, `tombstone_lift`, `low_confidence`, `fact_type:<type>`, `all`;
+    /// empty holds none.
+    pub review: String,
+    /// Below this confidence, `low_confidence` holds a fact.
+    pub review_min_confidence: f32,
+    /// Per-tenant settings (config file only): `[tenants.<name>]` with `review` and
+    /// `review_min_confidence`, each defaulting to the settings above.
+    pub tenants: std::collections::BTreeMap<String, TenantConfig>,
+}
+
+/// Settings of one tenant that override the service-wide ones.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantConfig {
+    pub review: Option<String>,
+    pub review_min_confidence: Option<f32>,
 }
 
 impl Default for Config {
@@ -252,6 +269,9 @@ impl Default for Config {
             mcp_allowed_hosts: None,
             tls_cert: None,
             tls_key: None,
+            review: String::new(),
+            review_min_confidence: 0.5,
+            tenants: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -347,6 +367,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("mcp_allowed_hosts", Kind::Text),
     ("tls_cert", Kind::Text),
     ("tls_key", Kind::Text),
+    ("review", Kind::Text),
+    ("review_min_confidence", Kind::Float),
 ];
 
 /// Settings that may be given as a file instead, through the same name with `_FILE`
@@ -572,7 +594,29 @@ impl Config {
         Ok(config)
     }
 
+    /// The review policy of every tenant: the service-wide one, and each tenant's
+    /// overrides from the file.
+    pub fn review_policies(&self) -> Result<cairn_app::ReviewPolicies, ConfigError> {
+        let default = cairn_app::ReviewPolicy::parse(&self.review, self.review_min_confidence)
+            .map_err(|error| config_error("CAIRN_REVIEW", error.to_string()))?;
+        let mut tenants = std::collections::HashMap::new();
+        for (tenant, settings) in &self.tenants {
+            cairn_core::TenantId::parse(tenant)
+                .map_err(|error| config_error(format!("tenants.{tenant}"), error.to_string()))?;
+            let policy = cairn_app::ReviewPolicy::parse(
+                settings.review.as_deref().unwrap_or(&self.review),
+                settings
+                    .review_min_confidence
+                    .unwrap_or(self.review_min_confidence),
+            )
+            .map_err(|error| config_error(format!("tenants.{tenant}.review"), error.to_string()))?;
+            tenants.insert(tenant.clone(), policy);
+        }
+        Ok(cairn_app::ReviewPolicies { default, tenants })
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
+        self.review_policies()?;
         self.listen.parse::<SocketAddr>().map_err(|_| {
             config_error(
                 "CAIRN_LISTEN",

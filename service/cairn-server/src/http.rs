@@ -137,6 +137,11 @@ impl Authenticated {
     pub fn tenant_scope(&self) -> Result<cairn_core::TenantScope, ApiError> {
         Ok(self.principal.tenant_scope()?)
     }
+
+    /// The whole tenant, for a read across its users that needs `permission`.
+    pub fn tenant_scope_for(&self, permission: Permission) -> Result<cairn_core::TenantScope, ApiError> {
+        Ok(self.principal.tenant_scope_for(permission)?)
+    }
 }
 
 /// Verifies the bearer token, applies the tenant's rate limit and records the tenant in

@@ -233,6 +233,7 @@ pub fn build_cairn(config: &Config, store: Arc<dyn MemoryStore>) -> anyhow::Resu
             confidence_weight: config.confidence_weight,
         },
         rerank_candidates: config.rerank_candidates,
+        review: config.review_policies()?,
         consolidation: ConsolidationSettings {
             batch_size: config.consolidation_batch_size,
             context_episodes: config.consolidation_context_episodes,

@@ -120,6 +120,8 @@ pub struct RecallArgs {
     pub tiers: Option<Vec<String>>,
     /// Also return superseded facts, marked as such.
     pub include_history: Option<bool>,
+    /// Also return facts held for a person's review, marked pending.
+    pub include_pending: Option<bool>,
     /// What held in the world at this RFC 3339 time (event time), superseded since or not.
     pub valid_at: Option<String>,
     /// Only memories about this person, pet, place or organisation ("Anna", "my sister").
@@ -298,6 +300,7 @@ impl CairnMcp {
             request.k = args.k;
             request.tiers = wire::parse_tiers(args.tiers.as_deref())?;
             request.include_history = args.include_history.unwrap_or(false);
+            request.include_pending = args.include_pending.unwrap_or(false);
             request.valid_at = wire::utc("valid_at", args.valid_at.as_deref())?;
             request.entity = args.entity;
             let result = self.cairn.recall(&scope, request).await?;

@@ -15,7 +15,15 @@ pub struct Metrics {
     llm_tokens: IntCounterVec,
     llm_cost: Counter,
     dead_letters: IntCounter,
+    /// Each tenant's pending reviews and oldest pending review, as last counted.
+    reviews: std::sync::Mutex<std::collections::HashMap<String, QueueCount>>,
 }
+
+/// A tenant's pending reviews and when the oldest was held.
+type QueueCount = (u64, Option<chrono::DateTime<chrono::Utc>>);
+
+/// Tenants named in the review queue metrics; the rest are summed under `other`.
+const REVIEW_TENANT_LABELS: usize = 50;
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -78,6 +86,7 @@ impl Metrics {
             llm_tokens,
             llm_cost,
             dead_letters,
+            reviews: std::sync::Mutex::default(),
         })
     }
 
@@ -106,6 +115,9 @@ impl Metrics {
             .with_label_values(&["output"])
             .inc_by(outcome.usage.output_tokens);
         self.llm_cost.inc_by(outcome.usage.cost_usd.max(0.0));
+        if let Some(queue) = &outcome.review_queue {
+            self.observe_review_queue(&queue.0, &queue.1);
+        }
     }
 
     pub fn observe_dead_letter(&self) {
@@ -125,10 +137,82 @@ impl Metrics {
         self.latency.with_label_values(&[route, method]).observe(seconds);
     }
 
+    /// Notes a tenant's review queue as just counted.
+    pub fn observe_review_queue(&self, tenant: &str, summary: &cairn_core::ReviewSummary) {
+        if let Ok(mut reviews) = self.reviews.lock() {
+            if summary.total() == 0 {
+                reviews.remove(tenant);
+            } else {
+                reviews.insert(tenant.to_owned(), (summary.total(), summary.oldest));
+            }
+        }
+    }
+
+    /// Counts the queue of the scope's tenant again (after a review was held or decided
+    /// there). A failure leaves the last count; it never fails the request.
+    pub async fn refresh_review_queue(&self, cairn: &cairn_app::Cairn, scope: &cairn_core::Scope) {
+        match cairn.review_summary(scope).await {
+            Ok(summary) => self.observe_review_queue(scope.tenant().as_str(), &summary),
+            Err(error) => tracing::warn!(error = %error, "counting the review queue failed"),
+        }
+    }
+
+    /// The review queue gauges: depth and oldest age per tenant, the deepest
+    /// [`REVIEW_TENANT_LABELS`] tenants by name and the rest as `other`.
+    fn review_families(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let Ok(reviews) = self.reviews.lock() else {
+            return Vec::new();
+        };
+        let mut tenants: Vec<(&String, &QueueCount)> = reviews.iter().collect();
+        tenants.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(b.0)));
+        let now = chrono::Utc::now();
+        let age = |oldest: &Option<chrono::DateTime<chrono::Utc>>| {
+            oldest.map_or(0.0, |at| (now - at).num_milliseconds().max(0) as f64 / 1000.0)
+        };
+        let registry = Registry::new_custom(Some("cairn".into()), None);
+        let depth = prometheus::IntGaugeVec::new(
+            Opts::new("review_queue_depth", "Outcomes pending review, per tenant"),
+            &["tenant"],
+        );
+        let oldest = prometheus::GaugeVec::new(
+            Opts::new(
+                "review_queue_oldest_age_seconds",
+                "Age of the oldest outcome pending review, per tenant",
+            ),
+            &["tenant"],
+        );
+        let (Ok(registry), Ok(depth), Ok(oldest)) = (registry, depth, oldest) else {
+            return Vec::new();
+        };
+        let mut other = (0_u64, 0.0_f64);
+        for (index, (tenant, (count, first))) in tenants.into_iter().enumerate() {
+            if index < REVIEW_TENANT_LABELS {
+                depth
+                    .with_label_values(&[tenant])
+                    .set(i64::try_from(*count).unwrap_or(i64::MAX));
+                oldest.with_label_values(&[tenant]).set(age(first));
+            } else {
+                other.0 += count;
+                other.1 = other.1.max(age(first));
+            }
+        }
+        if other.0 > 0 {
+            depth
+                .with_label_values(&["other"])
+                .set(i64::try_from(other.0).unwrap_or(i64::MAX));
+            oldest.with_label_values(&["other"]).set(other.1);
+        }
+        if registry.register(Box::new(depth)).is_err() || registry.register(Box::new(oldest)).is_err() {
+            return Vec::new();
+        }
+        registry.gather()
+    }
+
     /// The registry in the Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut buffer = Vec::new();
-        let families = self.registry.gather();
+        let mut families = self.registry.gather();
+        families.extend(self.review_families());
         if TextEncoder::new().encode(&families, &mut buffer).is_err() {
             return String::new();
         }

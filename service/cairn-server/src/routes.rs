@@ -381,6 +381,54 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/v1/users/{user}/reviews",
+        permission: Some(Permission::Review),
+        success: &[(200, schema::<wire::PageOf<wire::ReviewResponse>>)],
+        request: None,
+        query: Some(schema::<wire::PageQuery>),
+        summary: "The user's outcomes held for review, oldest first",
+        operation_id: "listUserReviews",
+        tag: "reviews",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/reviews",
+        permission: Some(Permission::Review),
+        success: &[(200, schema::<wire::ReviewQueueResponse>)],
+        request: None,
+        query: Some(schema::<wire::PageQuery>),
+        summary: "The tenant's review queue, oldest first, with counts by kind (a token bound to no user)",
+        operation_id: "listReviews",
+        tag: "reviews",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/reviews/{id}/approve",
+        permission: Some(Permission::Review),
+        success: &[(200, schema::<wire::ReviewDecisionResponse>)],
+        request: None,
+        query: None,
+        summary: "Apply a held change (409 when what it changes moved on, or it was decided)",
+        operation_id: "approveReview",
+        tag: "reviews",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/users/{user}/reviews/{id}/reject",
+        permission: Some(Permission::Review),
+        success: &[(200, schema::<wire::ReviewDecisionResponse>)],
+        request: Some(RequestBody {
+            schema: schema::<wire::RejectBody>,
+            required: false,
+            example: Some(r#"{"reason": "the user never lived there", "tombstone": true}"#),
+        }),
+        query: None,
+        summary: "Drop a held change; with tombstone, the value was never true",
+        operation_id: "rejectReview",
+        tag: "reviews",
+    },
+    Route {
+        method: "GET",
         path: "/v1/users",
         permission: Some(Permission::Admin),
         success: &[(200, schema::<wire::PageOf<wire::UserSummaryResponse>>)],
@@ -522,6 +570,7 @@ pub fn register(config: &mut web::ServiceConfig) {
         .route("/openapi.json", web::get().to(openapi_document))
         .configure(crate::console::register)
         .route("/v1/users", web::get().to(list_users))
+        .route("/v1/reviews", web::get().to(tenant_reviews))
         .service(
             web::scope("/v1/users/{user}")
                 .route("", web::delete().to(erase_user))
@@ -551,6 +600,9 @@ pub fn register(config: &mut web::ServiceConfig) {
                 .route("/jobs", web::get().to(jobs))
                 .route("/jobs/{id}/retry", web::post().to(retry_job))
                 .route("/audit", web::get().to(audit))
+                .route("/reviews", web::get().to(user_reviews))
+                .route("/reviews/{id}/approve", web::post().to(approve_review))
+                .route("/reviews/{id}/reject", web::post().to(reject_review))
                 .route("/export", web::get().to(export_user))
                 .route("/import", web::post().to(import_user)),
         )
@@ -743,6 +795,9 @@ async fn write_fact(
         .cairn
         .write_fact(&scope, &caller.context, body.into_inner().0.into_input()?)
         .await?;
+    if outcome.decision.kind == cairn_core::DecisionKind::HeldForReview {
+        state.metrics.refresh_review_queue(&state.cairn, &scope).await;
+    }
     let response = wire::fact_write_response(&outcome);
     Ok(if outcome.created {
         HttpResponse::Created().json(response)
@@ -1062,4 +1117,61 @@ async fn list_users(caller: Authenticated, query: web::Query<wire::PageQuery>, s
         .users(&tenant, &page_request(query.limit, query.cursor)?)
         .await?;
     Ok(HttpResponse::Ok().json(wire::page(&page, wire::user_summary)))
+}
+
+async fn user_reviews(
+    caller: Authenticated,
+    user: UserPath,
+    query: web::Query<wire::PageQuery>,
+    state: State,
+) -> Reply {
+    let scope = caller.scope(&user, Permission::Review)?;
+    let query = query.into_inner();
+    let page = state
+        .cairn
+        .reviews(&scope, &page_request(query.limit, query.cursor)?)
+        .await?;
+    Ok(HttpResponse::Ok().json(wire::page(&page, wire::review)))
+}
+
+async fn tenant_reviews(caller: Authenticated, query: web::Query<wire::PageQuery>, state: State) -> Reply {
+    let tenant = caller.tenant_scope_for(Permission::Review)?;
+    let query = query.into_inner();
+    let queue = state
+        .cairn
+        .tenant_reviews(&tenant, &page_request(query.limit, query.cursor)?, |user| {
+            caller.scope(user, Permission::Review).map_err(|_| {
+                cairn_core::Error::Storage(format!("review of user {user} outside the caller's reach"))
+            })
+        })
+        .await?;
+    state
+        .metrics
+        .observe_review_queue(tenant.tenant().as_str(), &queue.summary);
+    Ok(HttpResponse::Ok().json(wire::ReviewQueueResponse {
+        items: queue.page.items.iter().map(wire::review).collect(),
+        next_cursor: queue.page.next_cursor,
+        counts: wire::review_counts(&queue.summary),
+    }))
+}
+
+async fn approve_review(caller: Authenticated, path: ItemPath, state: State) -> Reply {
+    let (user, id) = path.into_inner();
+    let scope = caller.scope(&user, Permission::Review)?;
+    let outcome = state.cairn.approve_review(&scope, &caller.context, &id).await?;
+    state.metrics.refresh_review_queue(&state.cairn, &scope).await;
+    Ok(HttpResponse::Ok().json(wire::review_decision(&user, &outcome)))
+}
+
+async fn reject_review(caller: Authenticated, path: ItemPath, payload: web::Payload, state: State) -> Reply {
+    let (user, id) = path.into_inner();
+    let scope = caller.scope(&user, Permission::Review)?;
+    let body = optional_body::<wire::RejectBody>(payload, state.max_body_bytes).await?;
+    let (reason, tombstone) = body.map_or((None, false), |body| (body.reason, body.tombstone));
+    let outcome = state
+        .cairn
+        .reject_review(&scope, &caller.context, &id, reason, tombstone)
+        .await?;
+    state.metrics.refresh_review_queue(&state.cairn, &scope).await;
+    Ok(HttpResponse::Ok().json(wire::review_decision(&user, &outcome)))
 }

@@ -391,7 +391,7 @@ pub struct DecisionResponse {
     pub id: String,
     pub kind: DecisionKind,
     /// The gate that decided.
-    #[schemars(extend("enum" = ["validation", "grounding", "tombstones", "dedup", "judge", "request"]))]
+    #[schemars(extend("enum" = ["validation", "grounding", "tombstones", "dedup", "judge", "request", "review"]))]
     pub gate: &'static str,
     pub reason: String,
     pub fact_id: Option<String>,
@@ -604,6 +604,8 @@ pub struct ErasedCounts {
     pub tombstones: u64,
     pub decisions: u64,
     pub jobs: u64,
+    /// Reviews of every status, the pending ones among them.
+    pub reviews: u64,
 }
 
 pub fn erasure(receipt: &ErasureReceipt) -> ErasureResponse {
@@ -617,6 +619,7 @@ pub fn erasure(receipt: &ErasureReceipt) -> ErasureResponse {
             tombstones: receipt.tombstones,
             decisions: receipt.decisions,
             jobs: receipt.jobs,
+            reviews: receipt.reviews,
         },
     }
 }
@@ -807,6 +810,9 @@ pub struct RecallBody {
     /// Also superseded, retracted and expired facts, marked with their status.
     #[serde(default)]
     pub include_history: bool,
+    /// Also facts held for review, marked `"status": "pending"`.
+    #[serde(default)]
+    pub include_pending: bool,
     /// Each hit's BM25 and kNN ranks, scores, fused score and reranker score.
     #[serde(default)]
     pub explain: bool,
@@ -868,6 +874,7 @@ impl RecallBody {
             as_of: utc("as_of", self.as_of.as_deref())?,
             valid_at: utc("valid_at", self.valid_at.as_deref())?,
             include_history: self.include_history,
+            include_pending: self.include_pending,
             explain: self.explain,
             fact_types: parse_fact_types(self.fact_types.as_deref())?,
             session_id: self.session_id,
@@ -1296,4 +1303,132 @@ pub struct LoginBody {
 pub struct LoginResponse {
     pub token: String,
     pub expires_at: Timestamp,
+}
+
+/// An outcome held for review: what approving it changes, and why it waits.
+#[derive(Serialize, JsonSchema)]
+pub struct ReviewResponse {
+    pub id: String,
+    /// The user whose memory it changes.
+    pub user: String,
+    pub kind: cairn_core::ReviewKind,
+    pub status: cairn_core::ReviewStatus,
+    /// The policy rule that held it: `supersession`, `retraction`, `tombstone_lift`,
+    /// `low_confidence`, `fact_type:<type>` or `all`.
+    pub rule: String,
+    /// Why the proposing path chose this outcome.
+    pub reason: String,
+    /// The `HELD_FOR_REVIEW` decision.
+    pub decision_id: String,
+    pub evidence_episode_ids: Vec<String>,
+    /// `api`, or the consolidation run that proposed it.
+    pub origin: String,
+    /// The token subject that proposed it.
+    pub proposed_by: String,
+    pub created_at: Timestamp,
+    /// The fact approval makes current (pending until then).
+    pub fact: Option<FactResponse>,
+    /// The fact a supersession or retraction retires, or the tombstone a lift lifts.
+    pub target_id: Option<String>,
+    /// The fact a supersession or retraction retires, as it is now.
+    pub target: Option<FactResponse>,
+    pub resolved_at: Option<Timestamp>,
+    pub resolved_by: Option<String>,
+    /// The reviewer's reason, when given.
+    pub note: Option<String>,
+}
+
+pub fn review(item: &cairn_app::ReviewItem) -> ReviewResponse {
+    let now = Utc::now();
+    let review = &item.review;
+    ReviewResponse {
+        id: review.id.clone(),
+        user: item.user.clone(),
+        kind: review.kind,
+        status: review.status,
+        rule: review.rule.clone(),
+        reason: review.reason.clone(),
+        decision_id: review.decision_id.clone(),
+        evidence_episode_ids: review.evidence_episode_ids.clone(),
+        origin: review.origin.clone(),
+        proposed_by: review.proposed_by.clone(),
+        created_at: time(review.created_at),
+        fact: item.fact.as_ref().map(|held| fact(held, now)),
+        target_id: review.target_id.clone(),
+        target: item.target.as_ref().map(|target| fact(target, now)),
+        resolved_at: optional_time(review.resolved_at),
+        resolved_by: review.resolved_by.clone(),
+        note: review.note.clone(),
+    }
+}
+
+/// Pending reviews by kind.
+#[derive(Serialize, JsonSchema)]
+pub struct ReviewCounts {
+    pub total: u64,
+    pub new_fact: u64,
+    pub supersession: u64,
+    pub retraction: u64,
+    pub tombstone_lift: u64,
+    /// When the oldest pending review was held.
+    pub oldest: Option<Timestamp>,
+}
+
+pub fn review_counts(summary: &cairn_core::ReviewSummary) -> ReviewCounts {
+    let count = |kind: cairn_core::ReviewKind| {
+        summary
+            .by_kind
+            .iter()
+            .find(|(held, _)| *held == kind)
+            .map_or(0, |(_, count)| *count)
+    };
+    ReviewCounts {
+        total: summary.total(),
+        new_fact: count(cairn_core::ReviewKind::NewFact),
+        supersession: count(cairn_core::ReviewKind::Supersession),
+        retraction: count(cairn_core::ReviewKind::Retraction),
+        tombstone_lift: count(cairn_core::ReviewKind::TombstoneLift),
+        oldest: optional_time(summary.oldest),
+    }
+}
+
+/// `GET /v1/reviews`: a page of the tenant's queue, oldest first, with its counts.
+#[derive(Serialize, JsonSchema)]
+pub struct ReviewQueueResponse {
+    pub items: Vec<ReviewResponse>,
+    pub next_cursor: Option<String>,
+    pub counts: ReviewCounts,
+}
+
+/// The body of a rejection: why, and whether the value was never true (then it is
+/// tombstoned: no write brings it back unless the user restates it).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectBody {
+    #[schemars(regex(pattern = r"\S"))]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub tombstone: bool,
+}
+
+/// A review decision: the review, its fact after it, and the decision logged.
+#[derive(Serialize, JsonSchema)]
+pub struct ReviewDecisionResponse {
+    pub review: ReviewResponse,
+    pub fact: FactResponse,
+    pub decision: DecisionResponse,
+}
+
+pub fn review_decision(user: &str, outcome: &cairn_app::ReviewOutcome) -> ReviewDecisionResponse {
+    let item = cairn_app::ReviewItem {
+        user: user.to_owned(),
+        review: outcome.review.clone(),
+        fact: Some(outcome.fact.clone()),
+        target: None,
+    };
+    ReviewDecisionResponse {
+        review: review(&item),
+        fact: fact(&outcome.fact, Utc::now()),
+        decision: decision(&outcome.decision),
+    }
 }

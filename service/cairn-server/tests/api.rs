@@ -17,6 +17,8 @@ mod contract;
 mod mcp;
 #[path = "api/portability.rs"]
 mod portability;
+#[path = "api/review.rs"]
+mod review;
 
 const SECRET: &str = "test-secret-test-secret-test-secret!";
 
@@ -1051,7 +1053,7 @@ async fn erasing_a_user_returns_an_exact_receipt() {
     assert_eq!(
         receipt["deleted"],
         json!({ "episodes": 2, "facts": 3, "playbooks": 1, "playbook_versions": 2,
-        "edges": 1, "tombstones": 1, "decisions": 4, "jobs": 0 })
+        "edges": 1, "tombstones": 1, "decisions": 4, "jobs": 0, "reviews": 0 })
     );
     assert_eq!(count_facts(service, "acme", "u1").await, 0);
     assert_eq!(count_facts(service, "acme", "u2").await, 1);

@@ -9,12 +9,14 @@ mod discourse;
 pub(crate) mod language;
 pub mod offline;
 
+use crate::review::Hold;
 use crate::{Cairn, RequestContext, now};
 use cairn_core::text::{fingerprint, tokens};
 use cairn_core::{
     AuditEvent, CandidateFact, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Edge, EdgeKind,
-    Episode, Error, ExtractionInput, Extractor, Fact, FactStatus, Judge, Result, Scope, SearchFilter,
-    ShownFact, TextQuery, Tier, Tombstone, TombstoneReason, Usage, VectorQuery, Verdict, cosine, new_id,
+    Episode, Error, ExtractionInput, Extractor, Fact, FactStatus, Judge, Result, ReviewKind, ReviewStatus,
+    Scope, SearchFilter, ShownFact, TextQuery, Tier, Tombstone, TombstoneReason, Usage, VectorQuery, Verdict,
+    cosine, new_id,
 };
 use chrono::{DateTime, Duration, Utc};
 use std::collections::{HashMap, HashSet};
@@ -219,6 +221,8 @@ pub struct ConsolidationOutcome {
     pub deferred_until: Option<DateTime<Utc>>,
     /// The tenant's token budget after the run, when one is configured.
     pub token_budget: Option<TokenBudget>,
+    /// The tenant and its review queue after the run, when the run held outcomes.
+    pub review_queue: Option<Box<(String, cairn_core::ReviewSummary)>>,
 }
 
 /// A current fact in the run's view: from the store, or created earlier in this run.
@@ -233,7 +237,14 @@ impl WorkingSet {
     fn current(&self) -> impl Iterator<Item = &Fact> {
         self.facts
             .values()
-            .filter(|fact| !self.retired.contains(&fact.id))
+            .filter(|fact| !self.retired.contains(&fact.id) && fact.status != FactStatus::Pending)
+    }
+
+    /// Facts held for review: not current, but their values are not proposed again.
+    fn pending(&self) -> impl Iterator<Item = &Fact> {
+        self.facts
+            .values()
+            .filter(|fact| fact.status == FactStatus::Pending)
     }
 }
 
@@ -391,6 +402,7 @@ impl Cairn {
             judge: self.consolidator.judge.name().to_owned(),
             deferred_until: None,
             token_budget: None,
+            review_queue: None,
         };
         let mut working = WorkingSet {
             facts: HashMap::new(),
@@ -540,6 +552,15 @@ impl Cairn {
         }
         outcome.watermark = watermark;
         outcome.token_budget = self.token_budget(scope.tenant());
+        if !options.dry_run
+            && outcome
+                .decisions
+                .iter()
+                .any(|decision| decision.kind == DecisionKind::HeldForReview)
+        {
+            let summary = self.review_summary(scope).await?;
+            outcome.review_queue = Some(Box::new((scope.tenant().as_str().to_owned(), summary)));
+        }
         tracing::info!(
             tenant = %scope.tenant(),
             run = %run_id,
@@ -688,6 +709,8 @@ impl Cairn {
                                     || language::shares_subject(&fact.text, &candidate.text))
                         }))
             });
+            let policy = self.review_policy(scope.tenant().as_str());
+            let mut held_lift = None;
             if let Some(value) = matched {
                 // Lifted only by a user episode ingested after the tombstone that
                 // states the value itself.
@@ -715,21 +738,28 @@ impl Cairn {
                     );
                     continue;
                 };
-                working.lifted.insert(value.tombstone.id.clone());
-                plan.changes.push(Change::LiftTombstone {
-                    tombstone_id: value.tombstone.id.clone(),
-                    at: now(),
-                });
-                plan.decide(
-                    DecisionKind::TombstoneLifted,
-                    format!(
-                        "user episode {} ingested after the tombstone states the value again",
-                        evidence.id
-                    ),
-                    None,
-                    vec![value.tombstone.id.clone(), evidence.id.clone()],
-                );
-                plan.lifts.push((value.tombstone.id.clone(), evidence.id.clone()));
+                let fact_type = candidate.fact_type;
+                if let Some(rule) = policy.rule_of(ReviewKind::TombstoneLift, fact_type, candidate.confidence)
+                {
+                    // The restatement waits for a reviewer; the tombstone stays until then.
+                    held_lift = Some((value.tombstone.id.clone(), rule, evidence.id.clone()));
+                } else {
+                    working.lifted.insert(value.tombstone.id.clone());
+                    plan.changes.push(Change::LiftTombstone {
+                        tombstone_id: value.tombstone.id.clone(),
+                        at: now(),
+                    });
+                    plan.decide(
+                        DecisionKind::TombstoneLifted,
+                        format!(
+                            "user episode {} ingested after the tombstone states the value again",
+                            evidence.id
+                        ),
+                        None,
+                        vec![value.tombstone.id.clone(), evidence.id.clone()],
+                    );
+                    plan.lifts.push((value.tombstone.id.clone(), evidence.id.clone()));
+                }
             }
 
             // Gate 3: dedup, first without a model.
@@ -744,6 +774,37 @@ impl Cairn {
                     format!("near-identical to current fact {}", existing.id),
                     Some(existing.id.clone()),
                     vec![existing.id.clone()],
+                );
+                continue;
+            }
+            // A value held for review, or rejected by a reviewer, is not proposed again.
+            if let Some(held) = working
+                .pending()
+                .find(|fact| language::jaccard(&fact.text, &candidate.text) >= settings.duplicate_jaccard)
+            {
+                plan.decide(
+                    DecisionKind::Duplicate,
+                    format!("near-identical to fact {}, pending review", held.id),
+                    Some(held.id.clone()),
+                    vec![held.id.clone()],
+                );
+                continue;
+            }
+            if let Some(review) = self.reviewed_value(scope, &candidate.text).await? {
+                plan.decide(
+                    DecisionKind::Duplicate,
+                    format!(
+                        "the same value as fact {}, {} in review {}",
+                        review.fact_id,
+                        if review.status == ReviewStatus::Rejected {
+                            "rejected"
+                        } else {
+                            "pending"
+                        },
+                        review.id
+                    ),
+                    Some(review.fact_id.clone()),
+                    vec![review.fact_id.clone(), review.id.clone()],
                 );
                 continue;
             }
@@ -791,6 +852,44 @@ impl Cairn {
                 }
                 other => (other, reason),
             };
+            // Gate 5: review. An outcome the tenant's policy holds is stored pending, with
+            // what it would change, and changes nothing else until a person approves it.
+            let proposal = match (&held_lift, &verdict) {
+                (Some((tombstone_id, rule, _)), _) => Some((
+                    ReviewKind::TombstoneLift,
+                    Some(tombstone_id.clone()),
+                    Some(rule.clone()),
+                )),
+                (None, Verdict::Updates(alias)) => {
+                    resolve(alias).map(|existing| (ReviewKind::Supersession, Some(existing.id), None))
+                }
+                (None, Verdict::New | Verdict::Extends(_)) => Some((ReviewKind::NewFact, None, None)),
+                (None, Verdict::Duplicate(_)) => None,
+            };
+            if let Some((kind, target_id, rule)) = proposal
+                && let Some(rule) = rule.or_else(|| policy.rule_for(kind, &fact))
+            {
+                let verdict_name = match &verdict {
+                    Verdict::New => "NEW",
+                    Verdict::Updates(_) => "UPDATES",
+                    Verdict::Extends(_) => "EXTENDS",
+                    Verdict::Duplicate(_) => "DUPLICATE",
+                };
+                let hold = Hold {
+                    kind,
+                    rule,
+                    target_id,
+                    reason: format!("{verdict_name}: {reason}"),
+                    origin: plan.run_id.clone(),
+                };
+                let mut fact = fact;
+                let decision_id = plan.next_id("dec");
+                let (changes, held) = hold.changes(scope, &mut fact, decision_id);
+                plan.changes.extend(changes);
+                plan.decisions.push(held);
+                plan.track(working, fact);
+                continue;
+            }
             match verdict {
                 Verdict::New => {
                     plan.decide(DecisionKind::New, reason, Some(fact.id.clone()), Vec::new());
@@ -971,14 +1070,19 @@ impl Cairn {
     ) -> Result<()> {
         let limit = self.settings.consolidation.judge_shown;
         let mut found = HashMap::new();
+        // Facts held for review come too: dedup must see their values.
+        let filter = SearchFilter {
+            include_pending: true,
+            ..current_filter(limit)
+        };
         if let Some(vector) = vector {
             let query = VectorQuery {
-                filter: current_filter(limit),
+                filter: filter.clone(),
                 vector: vector.to_vec(),
             };
             collect_facts(&mut found, self.store.search_vector(scope, &query).await?);
         }
-        let query = TextQuery::new(current_filter(limit), text.to_owned());
+        let query = TextQuery::new(filter, text.to_owned());
         collect_facts(&mut found, self.store.search_text(scope, &query).await?);
         for (id, fact) in found {
             working.facts.entry(id).or_insert(fact);
@@ -1174,6 +1278,7 @@ fn current_filter(limit: usize) -> SearchFilter {
         tier: Tier::Semantic,
         as_of: now(),
         include_history: false,
+        include_pending: false,
         valid_at: None,
         fact_types: Vec::new(),
         session_id: None,

@@ -159,7 +159,9 @@ async fn every_route_refuses_the_permission_just_below_its_own() {
         };
         // Admin holds everything; write does not imply read.
         let below: &[Permission] = match permission {
-            Permission::Admin => &[Permission::Read, Permission::Write],
+            Permission::Admin => &[Permission::Read, Permission::Write, Permission::Review],
+            // Reviewing is apart from writing: a writer cannot approve its own proposals.
+            Permission::Review => &[Permission::Read, Permission::Write],
             Permission::Write => &[Permission::Read],
             Permission::Read => &[],
         };
