@@ -24,7 +24,8 @@ def tool(name):
 
 
 def test_every_route_answers_as_its_document_says(make_server):
-    server = make_server(extra_env={"CAIRN_CONSOLIDATION_WORKER": "false"}).start()
+    # Harsh contradictions wait for a reviewer (CAIRN_REVIEW), so the review routes answer too.
+    server = make_server(extra_env={"CAIRN_CONSOLIDATION_WORKER": "false", "CAIRN_REVIEW": "retraction"}).start()
     document = server.call("GET", "/openapi.json").json()
     contract = Contract(document)
     admin = server.mint("acme")
@@ -105,9 +106,30 @@ def test_every_route_answers_as_its_document_says(make_server):
     receipt = call("DELETE", "/v1/users/carol", expect=200)
     assert receipt["deleted"]["facts"] == 1
 
+    reviewer = server.mint("acme", scope="memory:review")
+    for colour in ("red", "green"):
+        blue = call("POST", f"{base}/facts", {"text": f"The user drives a blue car ({colour} test)."}, expect=201)
+        held = call("POST", f"{base}/facts", {"text": f"The user drives a {colour} car.",
+                                              "supersedes": blue["fact"]["id"], "contradiction": "harsh"}, expect=201)
+        assert (held["fact"]["status"], held["decision"]["kind"]) == ("pending", "HELD_FOR_REVIEW"), held
+    queue = call("GET", f"{base}/reviews?limit=5", token=reviewer, expect=200)["items"]
+    assert [review["kind"] for review in queue] == ["retraction", "retraction"], queue
+    tenant_queue = call("GET", "/v1/reviews", token=reviewer, expect=200)
+    assert tenant_queue["counts"]["retraction"] == 2, tenant_queue
+    call("POST", f"{base}/reviews/{queue[0]['id']}/approve", token=reader, expect=403)
+    call("POST", f"{base}/reviews/{queue[0]['id']}/approve", token=reviewer, expect=200)
+    call("POST", f"{base}/reviews/{queue[0]['id']}/approve", token=reviewer, expect=409)
+    call("POST", f"{base}/reviews/{queue[1]['id']}/reject", {"reason": "never said", "tombstone": True},
+         token=reviewer, expect=200)
+    call("POST", f"{base}/reviews/rev_none/reject", token=reviewer, expect=404)
+    pending = call("POST", f"{base}/recall", {"query": "car", "include_pending": True}, token=reader, expect=200)
+    assert "pending" not in {hit["status"] for hit in pending["hits"]}, "both were decided"
+
     listed = call("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, token=reader,
                   headers={"accept": "application/json, text/event-stream"}, expect=200)
-    assert {tool["name"] for tool in listed["result"]["tools"]} >= {"recall_memory", "write_memory"}
+    tools = {tool["name"] for tool in listed["result"]["tools"]}
+    assert tools >= {"recall_memory", "write_memory"}
+    assert not {name for name in tools if "review" in name or "approve" in name}, "no tool decides on reviews"
     call("GET", "/healthz", expect=200)
     call("GET", "/readyz", expect=200)
     call("GET", "/metrics", expect=200)

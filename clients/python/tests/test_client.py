@@ -94,6 +94,41 @@ def test_every_method_returns_typed_results(service):
     client.close()
 
 
+def test_reviewers_approve_and_reject_held_outcomes(make_service):
+    service = make_service({"CAIRN_REVIEW": "supersession"})
+    writer = Cairn(service.base, service.mint("acme"))
+    reviewer = Cairn(service.base, service.mint("acme", scope="memory:review"))
+    for user in ("alice", "bob"):
+        porto = writer.write_fact(user, "The user lives in Porto.").fact
+        held = writer.write_fact(user, "The user lives in Lisbon.", supersedes=porto.id)
+        assert held.decision.kind == "HELD_FOR_REVIEW" and held.fact.status == "pending"
+    assert [h.text for h in writer.recall("alice", "where does the user live", tiers=["semantic"]).hits][:1] == [
+        "The user lives in Porto."]
+    pending = writer.recall("alice", "where does the user live", tiers=["semantic"], include_pending=True)
+    assert ("The user lives in Lisbon.", "pending") in [(h.text, h.status) for h in pending.hits]
+    (review,) = list(reviewer.reviews("alice"))
+    assert isinstance(review, cairn.Review) and review.kind == "supersession" and review.user == "alice"
+    assert review.fact.text == "The user lives in Lisbon." and review.target.text == "The user lives in Porto."
+    assert [r.user for r in reviewer.tenant_reviews(page_size=1)] == ["alice", "bob"]
+    counts = reviewer.review_counts()
+    assert isinstance(counts, cairn.ReviewCounts) and (counts.total, counts.supersession) == (2, 2)
+    with pytest.raises(cairn.PermissionDeniedError):
+        writer_only = Cairn(service.base, service.mint("acme", scope="memory:read,memory:write"))
+        writer_only.approve_review("alice", review.id)
+    approved = reviewer.approve_review("alice", review.id)
+    assert isinstance(approved, cairn.ReviewDecision) and approved.decision.kind == "APPROVED"
+    assert approved.fact.status == "active" and approved.review.status == "approved"
+    with pytest.raises(cairn.ConflictError):
+        reviewer.approve_review("alice", review.id)
+    (other,) = list(reviewer.reviews("bob"))
+    rejected = reviewer.reject_review("bob", other.id, reason="a visit", tombstone=True)
+    assert rejected.review.note == "a visit" and rejected.fact.status == "retracted"
+    assert [h.text for h in writer.recall("bob", "where does the user live", tiers=["semantic"]).hits][:1] == [
+        "The user lives in Porto."]
+    assert reviewer.review_counts().total == 0
+    assert writer.erase_user("bob").deleted.reviews == 1
+
+
 def test_errors_carry_status_code_and_request_id(service):
     reader = Cairn(service.base, service.mint("acme", scope="memory:read"))
     with pytest.raises(cairn.PermissionDeniedError) as denied:
@@ -190,6 +225,7 @@ def test_the_models_match_the_document():
         "AuditEvent": "AuditEventResponse", "UserSummary": "UserSummaryResponse", "ErasedCounts": "ErasedCounts",
         "ErasureReceipt": "ErasureResponse", "Answer": "AnswerResponse", "Entity": "EntityResponse",
         "EntitySummary": "EntitySummaryResponse", "EntityGroup": "EntityGroupResponse",
+        "Review": "ReviewResponse", "ReviewCounts": "ReviewCounts", "ReviewDecision": "ReviewDecisionResponse",
     }
     for model, schema_name in pairs.items():
         properties = set()

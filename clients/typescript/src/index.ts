@@ -25,6 +25,9 @@ export type AuditEvent = Schemas["AuditEventResponse"];
 export type UserSummary = Schemas["UserSummaryResponse"];
 export type ErasureReceipt = Schemas["ErasureResponse"];
 export type ImportResult = Schemas["ImportResponse"];
+export type Review = Schemas["ReviewResponse"];
+export type ReviewCounts = Schemas["ReviewCounts"];
+export type ReviewDecision = Schemas["ReviewDecisionResponse"];
 export type ErrorCode = Schemas["ErrorCode"];
 export type Message = Schemas["MessageBody"];
 export type IngestOptions = Omit<Schemas["IngestBody"], "messages">;
@@ -256,6 +259,28 @@ export class Cairn {
   }
   async retryJob(userId: string, id: string): Promise<Job> {
     return (await this.send<Schemas["JobEnvelope"]>("POST", `${user(userId)}/jobs/${item(id)}/retry`)).job;
+  }
+
+  // Review (memory:review)
+  /** The user's outcomes held for review, oldest first. */
+  reviews(userId: string, pageSize = 50): AsyncGenerator<Review> {
+    return this.paginate(`${user(userId)}/reviews`, {}, pageSize);
+  }
+  /** The tenant's review queue, oldest first (a token bound to no user). */
+  tenantReviews(pageSize = 50): AsyncGenerator<Review> {
+    return this.paginate("/v1/reviews", {}, pageSize);
+  }
+  /** The tenant's pending reviews by kind, and when the oldest was held. */
+  async reviewCounts(): Promise<ReviewCounts> {
+    return (await this.send<Schemas["ReviewQueueResponse"]>("GET", "/v1/reviews", undefined, { limit: 1 })).counts;
+  }
+  /** Applies a held change; a 409 CairnError when what it changes moved on. */
+  approveReview(userId: string, id: string): Promise<ReviewDecision> {
+    return this.send("POST", `${user(userId)}/reviews/${item(id)}/approve`);
+  }
+  /** Drops a held change; with `tombstone`, the value was never true and stays out. */
+  rejectReview(userId: string, id: string, options: Schemas["RejectBody"] = {}): Promise<ReviewDecision> {
+    return this.send("POST", `${user(userId)}/reviews/${item(id)}/reject`, options);
   }
 
   // Administration (memory:admin)

@@ -366,6 +366,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users/{user}/reviews": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The user's outcomes held for review, oldest first */
+        get: operations["listUserReviews"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/reviews": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's review queue, oldest first, with counts by kind (a token bound to no user) */
+        get: operations["listReviews"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/users/{user}/reviews/{id}/approve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Apply a held change (409 when what it changes moved on, or it was decided) */
+        post: operations["approveReview"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/users/{user}/reviews/{id}/reject": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Drop a held change; with tombstone, the value was never true */
+        post: operations["rejectReview"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/users": {
         parameters: {
             query?: never;
@@ -631,7 +699,7 @@ export interface components {
              * @description The gate that decided.
              * @enum {string}
              */
-            gate: "validation" | "grounding" | "tombstones" | "dedup" | "judge" | "request";
+            gate: "validation" | "grounding" | "tombstones" | "dedup" | "judge" | "request" | "review";
             reason: string;
             fact_id?: string | null;
             target_ids: string[];
@@ -644,7 +712,7 @@ export interface components {
          * @description The outcome of one write or consolidation decision.
          * @enum {string}
          */
-        DecisionKind: "NEW" | "UPDATES" | "EXTENDS" | "DUPLICATE" | "DROPPED_UNGROUNDED" | "BLOCKED_BY_TOMBSTONE" | "TOMBSTONE_LIFTED" | "RETRACTED" | "FORGOTTEN" | "REFUSED";
+        DecisionKind: "NEW" | "UPDATES" | "EXTENDS" | "DUPLICATE" | "DROPPED_UNGROUNDED" | "BLOCKED_BY_TOMBSTONE" | "TOMBSTONE_LIFTED" | "RETRACTED" | "FORGOTTEN" | "REFUSED" | "HELD_FOR_REVIEW" | "APPROVED" | "REJECTED";
         /** @description A fact, with its status at the time the request asked about. */
         FactResponse: {
             id: string;
@@ -683,7 +751,7 @@ export interface components {
          */
         FactType: "identity" | "preference" | "constraint" | "world" | "event";
         /** @description The life-cycle state of a fact. */
-        FactStatus: "active" | "superseded" | "retracted" | "expired" | "forgotten";
+        FactStatus: "active" | "superseded" | "retracted" | "expired" | "forgotten" | "pending";
         /** @description Model calls and tokens a run spent. */
         ModelUsage: {
             /** Format: uint64 */
@@ -719,7 +787,7 @@ export interface components {
          * @description The closed set of machine codes an error carries, part of the public contract.
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "not_found" | "tombstoned" | "internal_error" | "unavailable" | "provider_error" | "evidence_erased" | "duplicate" | "not_active" | "scope_not_empty" | "version_conflict" | "token_budget_exhausted" | "scope_erased" | "mapping_mismatch" | "watermark_moved" | "store_in_use" | "insufficient_scope" | "user_mismatch" | "missing_token" | "token_expired" | "invalid_token" | "rate_limited" | "payload_too_large" | "route_not_found" | "method_not_allowed";
+        ErrorCode: "invalid_request" | "not_found" | "tombstoned" | "internal_error" | "unavailable" | "provider_error" | "evidence_erased" | "duplicate" | "not_active" | "scope_not_empty" | "version_conflict" | "token_budget_exhausted" | "scope_erased" | "mapping_mismatch" | "watermark_moved" | "store_in_use" | "insufficient_scope" | "user_mismatch" | "missing_token" | "token_expired" | "invalid_token" | "rate_limited" | "payload_too_large" | "route_not_found" | "method_not_allowed" | "review_resolved" | "review_stale";
         /** @description One page of a list; pass `next_cursor` as `cursor` for the next one (null at the end). */
         EpisodeResponsePage: {
             items: components["schemas"]["EpisodeResponse"][];
@@ -916,6 +984,11 @@ export interface components {
              */
             include_history?: boolean;
             /**
+             * @description Also facts held for review, marked `"status": "pending"`.
+             * @default false
+             */
+            include_pending?: boolean;
+            /**
              * @description Each hit's BM25 and kNN ranks, scores, fused score and reranker score.
              * @default false
              */
@@ -1096,6 +1169,91 @@ export interface components {
             detail: unknown;
         };
         /** @description One page of a list; pass `next_cursor` as `cursor` for the next one (null at the end). */
+        ReviewResponsePage: {
+            items: components["schemas"]["ReviewResponse"][];
+            next_cursor?: string | null;
+        };
+        /** @description An outcome held for review: what approving it changes, and why it waits. */
+        ReviewResponse: {
+            id: string;
+            /** @description The user whose memory it changes. */
+            user: string;
+            kind: components["schemas"]["ReviewKind"];
+            status: components["schemas"]["ReviewStatus"];
+            /** @description The policy rule that held it: `supersession`, `retraction`, `tombstone_lift`,
+             *     `low_confidence`, `fact_type:<type>` or `all`. */
+            rule: string;
+            /** @description Why the proposing path chose this outcome. */
+            reason: string;
+            /** @description The `HELD_FOR_REVIEW` decision. */
+            decision_id: string;
+            evidence_episode_ids: string[];
+            /** @description `api`, or the consolidation run that proposed it. */
+            origin: string;
+            /** @description The token subject that proposed it. */
+            proposed_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /** @description The fact approval makes current (pending until then). */
+            fact?: components["schemas"]["FactResponse"] | null;
+            /** @description The fact a supersession or retraction retires, or the tombstone a lift lifts. */
+            target_id?: string | null;
+            /** @description The fact a supersession or retraction retires, as it is now. */
+            target?: components["schemas"]["FactResponse"] | null;
+            /** Format: date-time */
+            resolved_at?: string | null;
+            resolved_by?: string | null;
+            /** @description The reviewer's reason, when given. */
+            note?: string | null;
+        };
+        /**
+         * @description What a held outcome would change when approved.
+         * @enum {string}
+         */
+        ReviewKind: "new_fact" | "supersession" | "retraction" | "tombstone_lift";
+        /**
+         * @description Where a review stands.
+         * @enum {string}
+         */
+        ReviewStatus: "pending" | "approved" | "rejected";
+        /** @description `GET /v1/reviews`: a page of the tenant's queue, oldest first, with its counts. */
+        ReviewQueueResponse: {
+            items: components["schemas"]["ReviewResponse"][];
+            next_cursor?: string | null;
+            counts: components["schemas"]["ReviewCounts"];
+        };
+        /** @description Pending reviews by kind. */
+        ReviewCounts: {
+            /** Format: uint64 */
+            total: number;
+            /** Format: uint64 */
+            new_fact: number;
+            /** Format: uint64 */
+            supersession: number;
+            /** Format: uint64 */
+            retraction: number;
+            /** Format: uint64 */
+            tombstone_lift: number;
+            /**
+             * Format: date-time
+             * @description When the oldest pending review was held.
+             */
+            oldest?: string | null;
+        };
+        /** @description A review decision: the review, its fact after it, and the decision logged. */
+        ReviewDecisionResponse: {
+            review: components["schemas"]["ReviewResponse"];
+            fact: components["schemas"]["FactResponse"];
+            decision: components["schemas"]["DecisionResponse"];
+        };
+        /** @description The body of a rejection: why, and whether the value was never true (then it is
+         *     tombstoned: no write brings it back unless the user restates it). */
+        RejectBody: {
+            reason?: string | null;
+            /** @default false */
+            tombstone?: boolean;
+        };
+        /** @description One page of a list; pass `next_cursor` as `cursor` for the next one (null at the end). */
         UserSummaryResponsePage: {
             items: components["schemas"]["UserSummaryResponse"][];
             next_cursor?: string | null;
@@ -1141,6 +1299,11 @@ export interface components {
             decisions: number;
             /** Format: uint64 */
             jobs: number;
+            /**
+             * Format: uint64
+             * @description Reviews of every status, the pending ones among them.
+             */
+            reviews: number;
         };
         ScopeExport: {
             format: string;
@@ -3578,7 +3741,7 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
                 /** @description Only decisions of this kind. */
-                kind?: "NEW" | "UPDATES" | "EXTENDS" | "DUPLICATE" | "DROPPED_UNGROUNDED" | "BLOCKED_BY_TOMBSTONE" | "TOMBSTONE_LIFTED" | "RETRACTED" | "FORGOTTEN" | "REFUSED" | null;
+                kind?: "NEW" | "UPDATES" | "EXTENDS" | "DUPLICATE" | "DROPPED_UNGROUNDED" | "BLOCKED_BY_TOMBSTONE" | "TOMBSTONE_LIFTED" | "RETRACTED" | "FORGOTTEN" | "REFUSED" | "HELD_FOR_REVIEW" | "APPROVED" | "REJECTED" | null;
             };
             header?: never;
             path: {
@@ -3892,6 +4055,396 @@ export interface operations {
             };
             /** @description not found in this scope */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description rate limit or token budget exceeded; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description internal error; quote the request id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the store is unavailable; retry later (see Retry-After when given) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listUserReviews: {
+        parameters: {
+            query?: {
+                /** @description Page size (default 50). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description the user whose memory this is, inside the token's tenant */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReviewResponsePage"];
+                };
+            };
+            /** @description missing, invalid or expired token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the token lacks the scope or is bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not found in this scope */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description rate limit or token budget exceeded; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description internal error; quote the request id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the store is unavailable; retry later (see Retry-After when given) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listReviews: {
+        parameters: {
+            query?: {
+                /** @description Page size (default 50). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReviewQueueResponse"];
+                };
+            };
+            /** @description missing, invalid or expired token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the token lacks the scope or is bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not found in this scope */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description rate limit or token budget exceeded; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description internal error; quote the request id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the store is unavailable; retry later (see Retry-After when given) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    approveReview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the user whose memory this is, inside the token's tenant */
+                user: string;
+                /** @description the record's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReviewDecisionResponse"];
+                };
+            };
+            /** @description missing, invalid or expired token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the token lacks the scope or is bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not found in this scope */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description conflict: not active, tombstoned, a version or watermark moved */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description malformed or invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description rate limit or token budget exceeded; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description internal error; quote the request id */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the store is unavailable; retry later (see Retry-After when given) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    rejectReview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the user whose memory this is, inside the token's tenant */
+                user: string;
+                /** @description the record's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                /** @example {
+                 *       "reason": "the user never lived there",
+                 *       "tombstone": true
+                 *     } */
+                "application/json": components["schemas"]["RejectBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReviewDecisionResponse"];
+                };
+            };
+            /** @description missing, invalid or expired token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description the token lacks the scope or is bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not found in this scope */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description conflict: not active, tombstoned, a version or watermark moved */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description body too large */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -130,3 +130,37 @@ test("rate-limited calls are retried after the wait the server names", async () 
     await limited.stop();
   }
 });
+
+test("reviewers approve and reject held outcomes", async () => {
+  const held = await startService({ CAIRN_REVIEW: "supersession" });
+  try {
+    const writer = new Cairn({ baseUrl: held.base, token: held.mint("acme") });
+    const reviewer = new Cairn({ baseUrl: held.base, token: held.mint("acme", "memory:review") });
+    for (const userId of ["alice", "bob"]) {
+      const porto = (await writer.writeFact(userId, { text: "The user lives in Porto." })).fact;
+      const moved = await writer.writeFact(userId, { text: "The user lives in Lisbon.", supersedes: porto.id });
+      assert.equal(moved.decision.kind, "HELD_FOR_REVIEW");
+      assert.equal(moved.fact.status, "pending");
+    }
+    const shown = await writer.recall("alice", "where does the user live", { tiers: ["semantic"], include_pending: true });
+    assert.ok(shown.hits.some((hit) => hit.text === "The user lives in Lisbon." && hit.status === "pending"));
+    const [review] = await collect(reviewer.reviews("alice"));
+    assert.equal(review.kind, "supersession");
+    assert.equal(review.target?.text, "The user lives in Porto.");
+    assert.deepEqual((await collect(reviewer.tenantReviews(1))).map((r) => r.user), ["alice", "bob"]);
+    assert.equal((await reviewer.reviewCounts()).supersession, 2);
+    const writeOnly = new Cairn({ baseUrl: held.base, token: held.mint("acme", "memory:read,memory:write") });
+    await assert.rejects(writeOnly.approveReview("alice", review.id), (error) => error instanceof CairnError && error.status === 403);
+    const approved = await reviewer.approveReview("alice", review.id);
+    assert.equal(approved.decision.kind, "APPROVED");
+    assert.equal(approved.fact.status, "active");
+    await assert.rejects(reviewer.approveReview("alice", review.id), (error) => error instanceof CairnError && error.status === 409);
+    const [other] = await collect(reviewer.reviews("bob"));
+    const rejected = await reviewer.rejectReview("bob", other.id, { reason: "a visit", tombstone: true });
+    assert.equal(rejected.review.note, "a visit");
+    assert.equal((await reviewer.reviewCounts()).total, 0);
+    assert.equal((await writer.eraseUser("bob")).deleted.reviews, 1);
+  } finally {
+    await held.stop();
+  }
+});

@@ -34,6 +34,9 @@ from ._models import (
     Profile,
     RecallHit,
     RecallResult,
+    Review,
+    ReviewCounts,
+    ReviewDecision,
     Tombstone,
     UserSummary,
 )
@@ -46,5 +49,6 @@ __all__ = [
     "NotFoundError", "PayloadTooLargeError", "PermissionDeniedError", "ProviderError", "RateLimitError",
     "ServerError", "UnavailableError",
     "Answer", "AuditEvent", "Consolidation", "Entity", "EntitySummary", "Decision", "Episode", "ErasureReceipt", "Explanation", "Fact", "FactWrite",
-    "ImportResult", "IngestResult", "Job", "Playbook", "Profile", "RecallHit", "RecallResult", "Tombstone", "UserSummary",
+    "ImportResult", "IngestResult", "Job", "Playbook", "Profile", "RecallHit", "RecallResult",
+    "Review", "ReviewCounts", "ReviewDecision", "Tombstone", "UserSummary",
 ]

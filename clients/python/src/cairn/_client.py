@@ -212,12 +212,14 @@ class _Endpoints:
                as_of: Optional[Union[datetime, str]] = None, include_history: Optional[bool] = None,
                explain: Optional[bool] = None, fact_types: Optional[Sequence[str]] = None,
                session_id: Optional[str] = None,
-               valid_at: Optional[Union[datetime, str]] = None, entity: Optional[str] = None) -> models.RecallResult:
+               valid_at: Optional[Union[datetime, str]] = None, entity: Optional[str] = None,
+               include_pending: Optional[bool] = None) -> models.RecallResult:
         """The memories most relevant to `query`, best first: current at `as_of` (what Cairn
-        believed then), or that held in the world at `valid_at` (event time)."""
+        believed then), or that held in the world at `valid_at` (event time);
+        `include_pending` adds facts held for review, marked pending."""
         body = _clean({"query": query, "k": k, "tiers": list(tiers) if tiers else None, "as_of": _time(as_of),
                        "valid_at": _time(valid_at), "entity": entity,
-                       "include_history": include_history, "explain": explain,
+                       "include_history": include_history, "include_pending": include_pending, "explain": explain,
                        "fact_types": list(fact_types) if fact_types else None, "session_id": session_id})
         return self._send("POST", f"{self._user(user)}/recall", json=body, model=models.RecallResult)
 
@@ -246,6 +248,31 @@ class _Endpoints:
 
     def retry_job(self, user: str, job_id: str) -> models.Job:
         return self._send("POST", f"{self._user(user)}/jobs/{_segment(job_id)}/retry", model=_JobEnvelope)
+
+    # Review (memory:review)
+    def reviews(self, user: str, *, page_size: int = 50) -> Iterator[models.Review]:
+        """The user's outcomes held for review, oldest first."""
+        return self._paginate(f"{self._user(user)}/reviews", {}, models.Review, page_size)
+
+    def tenant_reviews(self, *, page_size: int = 50) -> Iterator[models.Review]:
+        """The tenant's review queue, oldest first (a token bound to no user)."""
+        return self._paginate("/v1/reviews", {}, models.Review, page_size)
+
+    def review_counts(self) -> models.ReviewCounts:
+        """The tenant's pending reviews by kind, and when the oldest was held."""
+        return self._send("GET", "/v1/reviews", params={"limit": 1}, model=_ReviewQueueCounts)
+
+    def approve_review(self, user: str, review_id: str) -> models.ReviewDecision:
+        """Applies a held change; a ConflictError when what it changes moved on."""
+        return self._send("POST", f"{self._user(user)}/reviews/{_segment(review_id)}/approve",
+                          model=models.ReviewDecision)
+
+    def reject_review(self, user: str, review_id: str, *, reason: Optional[str] = None,
+                      tombstone: bool = False) -> models.ReviewDecision:
+        """Drops a held change; with `tombstone`, the value was never true and stays out."""
+        body = _clean({"reason": reason, "tombstone": tombstone or None})
+        return self._send("POST", f"{self._user(user)}/reviews/{_segment(review_id)}/reject", json=body,
+                          model=models.ReviewDecision)
 
     # Administration (memory:admin)
     def audit(self, user: str, *, page_size: int = 50) -> Iterator[models.AuditEvent]:
@@ -314,6 +341,10 @@ class _TombstoneList(_Unwrap):
 
 class _EntitySummaryList(_Unwrap):
     key, inner = "items", models.EntitySummary
+
+
+class _ReviewQueueCounts(_Unwrap):
+    key, inner = "counts", models.ReviewCounts
 
 
 class _JobEnvelope(_Unwrap):

@@ -313,6 +313,7 @@ class ErasedCounts:
     tombstones: int
     decisions: int
     jobs: int
+    reviews: int = 0
 
 
 @dataclass
@@ -327,3 +328,48 @@ class ImportResult:
 
     format: str
     imported: Dict[str, int]
+
+
+@dataclass
+class Review:
+    """An outcome held for a person's review: the pending fact approval makes current,
+    the fact it would retire (`target`), and why it waits (`rule`, `reason`)."""
+
+    id: str
+    user: str
+    kind: str
+    status: str
+    rule: str
+    reason: str
+    decision_id: str
+    origin: str
+    proposed_by: str
+    created_at: datetime
+    evidence_episode_ids: List[str] = field(default_factory=list)
+    fact: Optional[Fact] = None
+    target_id: Optional[str] = None
+    target: Optional[Fact] = None
+    resolved_at: Optional[datetime] = None
+    resolved_by: Optional[str] = None
+    note: Optional[str] = None
+
+
+@dataclass
+class ReviewCounts:
+    """A tenant's pending reviews by kind, and when the oldest was held."""
+
+    total: int
+    new_fact: int
+    supersession: int
+    retraction: int
+    tombstone_lift: int
+    oldest: Optional[datetime] = None
+
+
+@dataclass
+class ReviewDecision:
+    """An approval or rejection: the review, its fact after it, the decision logged."""
+
+    review: Review
+    fact: Fact
+    decision: Decision
