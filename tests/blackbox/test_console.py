@@ -82,15 +82,16 @@ def seed(server):
     return admin, porto["fact"], lisbon["fact"]
 
 
-@pytest.fixture(params=["embedded", "opensearch"])
-def backend_server(request, make_server):
-    """The service on the embedded store, and on the OpenSearch test node."""
-    if request.param == "embedded":
-        yield make_server().start()
+def on_backend(backend, make_server, extra_env=None):
+    """The service on the embedded store or on the OpenSearch test node, yielded and then
+    cleaned up."""
+    extra_env = dict(extra_env or {})
+    if backend == "embedded":
+        yield make_server(extra_env=extra_env).start()
         return
     url = cluster_url("opensearch")
     prefix = f"cairn-ui-{uuid.uuid4().hex[:12]}"
-    server = make_server(extra_env={"CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": url,
+    server = make_server(extra_env={**extra_env, "CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": url,
                                     "CAIRN_INDEX_PREFIX": prefix}).start()
     assert wait_for(lambda: server.call("GET", "/readyz").status == 200, 60), "the cluster store never became ready"
     try:
@@ -98,6 +99,17 @@ def backend_server(request, make_server):
     finally:
         server.stop()
         delete_indices(url, prefix)
+
+
+@pytest.fixture(params=["embedded", "opensearch"])
+def backend_server(request, make_server):
+    yield from on_backend(request.param, make_server)
+
+
+@pytest.fixture(params=["embedded", "opensearch"])
+def review_server(request, make_server):
+    """A service whose policy holds supersessions for review, on both backends."""
+    yield from on_backend(request.param, make_server, {"CAIRN_REVIEW": "supersession"})
 
 
 def test_console_end_to_end(backend_server, browser):
@@ -241,6 +253,62 @@ def test_console_end_to_end(backend_server, browser):
               and "Content Security Policy" in entry["message"]]
     assert errors == [], errors
     print(f"console: browser test took {time.monotonic() - started:.1f} s")
+
+
+def test_reviewers_approve_and_reject_in_the_console(review_server, browser):
+    server = review_server
+    screenshots = "opensearch" not in server.env.get("CAIRN_BACKEND", "")
+    admin = server.mint("acme")
+    held = {}
+    for user in ("alice", "bob"):
+        porto = server.call("POST", f"/v1/users/{user}/facts", token=admin,
+                            body={"text": "The user lives in Porto."}).json()["fact"]
+        moved = server.call("POST", f"/v1/users/{user}/facts", token=admin,
+                            body={"text": "The user lives in Lisbon.", "supersedes": porto["id"]}).json()
+        assert moved["decision"]["kind"] == "HELD_FOR_REVIEW", moved
+        held[user] = (porto, moved["fact"])
+
+    # A writer sees no review controls: no queue, no Reviews section.
+    sign_in(browser, server.base, server.mint("acme", scope="memory:read,memory:write"))
+    browser.get(f"{server.base}/ui#/users/alice/facts")
+    wait(browser, ready.presence_of_element_located(css("tr[data-fact]")))
+    assert browser.find_elements(By.CSS_SELECTOR, "#review-queue") == []
+    assert "Reviews" not in browser.find_element(By.CSS_SELECTOR, "nav.tabs").text
+    browser.find_element(By.XPATH, "//button[text()='Sign out']").click()
+
+    # The tenant's queue, oldest first, with its counts.
+    sign_in(browser, server.base, server.mint("acme", scope="memory:review"))
+    browser.get(f"{server.base}/ui#/")
+    wait(browser, ready.text_to_be_present_in_element(css("#review-counts"), "2 pending"))
+    rows = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#review-queue tr[data-review]") or None)
+    assert [row.find_element(By.TAG_NAME, "td").text for row in rows] == ["alice", "bob"]
+    assert "Lisbon" in rows[0].find_element(By.CSS_SELECTOR, ".proposed").text
+    assert "Porto" in rows[0].find_element(By.CSS_SELECTOR, ".current").text
+    if screenshots:
+        shot(browser, "reviews")
+
+    # Approve alice's move: Lisbon becomes current.
+    rows[0].find_element(By.CSS_SELECTOR, "button[data-action='approve']").click()
+    wait(browser, ready.element_to_be_clickable(css("#confirm-ok"))).click()
+    wait(browser, ready.text_to_be_present_in_element(css("#review-counts"), "1 pending"))
+    recalled = server.call("POST", "/v1/users/alice/recall", token=admin,
+                           body={"query": "where does the user live", "tiers": ["semantic"]}).json()
+    assert recalled["hits"][0]["id"] == held["alice"][1]["id"], recalled
+
+    # Reject bob's from his own section, with a reason, as never true.
+    browser.get(f"{server.base}/ui#/users/bob/reviews")
+    row = wait(browser, ready.presence_of_element_located(css("#user-reviews tr[data-review]")))
+    row.find_element(By.CSS_SELECTOR, "button[data-action='reject']").click()
+    wait(browser, ready.visibility_of_element_located(css("#confirm-reason"))).send_keys("only visited")
+    browser.find_element(By.ID, "confirm-tombstone").click()
+    browser.find_element(By.ID, "confirm-ok").click()
+    wait(browser, ready.text_to_be_present_in_element(css("#user-reviews"), "Nothing here."))
+    rejected = server.call("GET", f"/v1/users/bob/facts/{held['bob'][1]['id']}", token=admin).json()
+    assert (rejected["status"], rejected["retraction_reason"]) == ("retracted", "rejected in review: only visited")
+    tombstones = server.call("GET", "/v1/users/bob/tombstones", token=admin).json()["items"]
+    assert held["bob"][1]["id"] in [tombstone["fact_id"] for tombstone in tombstones]
+    porto = server.call("GET", f"/v1/users/bob/facts/{held['bob'][0]['id']}", token=admin).json()
+    assert porto["status"] == "active"
 
 
 def test_a_login_link_signs_a_tab_in_once_and_is_no_bearer_token(server, browser):

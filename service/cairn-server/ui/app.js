@@ -107,16 +107,21 @@ function pagedTable(headers, path, query, row) {
 }
 
 // ---------------------------------------------------------------- confirmation
-function confirmAction(text, { reason = false } = {}) {
+function confirmAction(text, { reason = false, tombstone = false } = {}) {
   const dialog = document.getElementById("confirm");
   document.getElementById("confirm-text").textContent = text;
   document.getElementById("confirm-reason-label").classList.toggle("hidden", !reason);
+  document.getElementById("confirm-tombstone-label").classList.toggle("hidden", !tombstone);
   const input = document.getElementById("confirm-reason");
+  const never = document.getElementById("confirm-tombstone");
   input.value = "";
+  never.checked = false;
   return new Promise((resolve) => {
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" ? { reason: input.value.trim() } : null), {
-      once: true,
-    });
+    dialog.addEventListener(
+      "close",
+      () => resolve(dialog.returnValue === "ok" ? { reason: input.value.trim(), tombstone: never.checked } : null),
+      { once: true },
+    );
     dialog.showModal();
   });
 }
@@ -179,29 +184,89 @@ function home() {
           h("td", {}, u.facts), h("td", {}, u.active_facts), h("td", {}, u.episodes), h("td", {}, u.playbooks),
           h("td", {}, when(u.last_activity))))
     : h("p", { class: "muted" }, "Listing users needs the memory:admin scope; open a user by id.");
-  show(h("h1", {}, "Users"), open, users);
+  show(h("h1", {}, "Users"), open, users, can("review") ? tenantQueue() : null);
+}
+
+// ---------------------------------------------------------------- review
+/** One pending review as a row: what it would change, why it waits, and the decision. */
+function reviewRow(review, { withUser = false } = {}) {
+  const user = review.user;
+  const factHref = (id) => `#/users/${encodeURIComponent(user)}/fact/${encodeURIComponent(id)}`;
+  const approve = h("button", { type: "button", class: "primary", "data-action": "approve", onclick: () => decideReview(review, "approve") }, "Approve");
+  const reject = h("button", { type: "button", class: "danger", "data-action": "reject", onclick: () => decideReview(review, "reject") }, "Reject");
+  return h("tr", { "data-review": review.id },
+    withUser ? h("td", {}, link(`#/users/${encodeURIComponent(user)}/reviews`, user)) : null,
+    h("td", {}, review.kind.replace("_", " ")),
+    h("td", { class: "text proposed" }, review.fact ? link(factHref(review.fact.id), review.fact.text) : review.fact_id),
+    h("td", { class: "text current" }, review.target ? link(factHref(review.target.id), review.target.text) : h("span", { class: "muted" }, review.target_id ?? "—")),
+    h("td", {}, h("code", {}, review.rule), h("div", { class: "muted" }, review.reason)),
+    h("td", {}, when(review.created_at), h("div", { class: "muted" }, review.proposed_by)),
+    h("td", { class: "actions" }, approve, " ", reject));
+}
+
+const REVIEW_HEADERS = ["kind", "proposed", "replaces", "held by", "held", ""];
+
+async function decideReview(review, verb) {
+  const proposed = review.fact?.text ?? review.fact_id;
+  const answer = verb === "approve"
+    ? await confirmAction(`Approve the ${review.kind.replace("_", " ")} "${proposed}"? It becomes current memory.`)
+    : await confirmAction(`Reject "${proposed}"? It is never recalled.`, { reason: true, tombstone: true });
+  if (!answer) return;
+  try {
+    const body = verb === "approve" ? undefined : { ...(answer.reason ? { reason: answer.reason } : {}), tombstone: answer.tombstone };
+    await api("POST", `${userPath(review.user)}/reviews/${encodeURIComponent(review.id)}/${verb}`, body);
+    route();
+  } catch (error) {
+    main.append(failure(error));
+  }
+}
+
+/** The tenant's queue, oldest first, with its counts (a token bound to no user). */
+function tenantQueue() {
+  const counts = h("p", { class: "muted", id: "review-counts" }, "Loading…");
+  api("GET", "/v1/reviews?limit=1")
+    .then((queue) => {
+      const c = queue.counts;
+      counts.textContent = c.total
+        ? `${c.total} pending: ${c.new_fact} new, ${c.supersession} supersessions, ${c.retraction} retractions, ` +
+          `${c.tombstone_lift} tombstone lifts; oldest held ${when(c.oldest)}`
+        : "Nothing waits for review.";
+    })
+    .catch((error) => counts.replaceChildren(failure(error)));
+  return h("section", { id: "review-queue" },
+    h("h2", {}, "Review queue"), counts,
+    pagedTable(["user", ...REVIEW_HEADERS], "/v1/reviews", {}, (review) => reviewRow(review, { withUser: true })));
+}
+
+function reviews(user) {
+  return h("section", { id: "user-reviews" },
+    h("p", { class: "muted" }, "Outcomes held for review, oldest first. Until approved they change nothing and are recalled only on request."),
+    pagedTable(REVIEW_HEADERS, `${userPath(user)}/reviews`, {}, (review) => reviewRow(review)));
 }
 
 const TABS = [
   ["facts", "Facts"], ["tombstones", "Tombstones"], ["episodes", "Episodes"], ["playbooks", "Playbooks"],
-  ["decisions", "Decisions"], ["recall", "Recall"], ["jobs", "Consolidation"], ["audit", "Audit"],
+  ["decisions", "Decisions"], ["recall", "Recall"], ["jobs", "Consolidation"], ["reviews", "Reviews"], ["audit", "Audit"],
 ];
+/** The sections this token may open. */
+const tabsAllowed = () =>
+  TABS.filter(([key]) => (key !== "audit" || can("admin")) && (key !== "reviews" || can("review")));
 
 function userView(user, tab, rest) {
   const tabs = h("nav", { class: "tabs", "aria-label": "User sections" },
-    TABS.filter(([key]) => key !== "audit" || can("admin")).map(([key, label]) =>
+    tabsAllowed().map(([key, label]) =>
       h("a", { href: `#/users/${encodeURIComponent(user)}/${key}`, "aria-current": key === tab ? "page" : undefined }, label)));
   const erase = can("admin") && tab === "facts"
     ? h("button", { type: "button", class: "danger", id: "erase-user", onclick: () => eraseUser(user) }, "Erase user")
     : null;
-  const views = { facts, tombstones, episodes, playbooks, decisions, recall, jobs, audit, fact: factView };
+  const views = { facts, tombstones, episodes, playbooks, decisions, recall, jobs, reviews, audit, fact: factView };
   const content = (views[tab] ?? facts)(user, rest);
   show(h("h1", {}, "User ", h("span", { id: "user-name" }, user)), tabs, content, erase ? h("h2", {}, "Danger zone") : null, erase);
 }
 
 function facts(user) {
   const select = h("select", { id: "status-filter", "aria-label": "Status" },
-    ["active", "superseded", "retracted", "expired", "all"].map((s) => h("option", { value: s }, s)));
+    ["active", "pending", "superseded", "retracted", "expired", "all"].map((s) => h("option", { value: s }, s)));
   const holder = h("div");
   const load = () =>
     holder.replaceChildren(pagedTable(["fact", "type", "status", "created"], `${userPath(user)}/facts`, { status: select.value }, (f) =>
@@ -491,13 +556,13 @@ async function start() {
   route();
 }
 
-/** Keyboard: 1–8 open a user's sections, "/" goes to the first field of the view,
+/** Keyboard: 1–9 open a user's sections, "/" goes to the first field of the view,
  * "u" back to the users. Typing in a field is never taken for a shortcut. */
 function shortcut(event) {
   if (event.ctrlKey || event.metaKey || event.altKey || !token()) return;
   if (event.target.closest?.("input, textarea, select, dialog")) return;
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
-  const tabs = TABS.filter(([key]) => key !== "audit" || can("admin"));
+  const tabs = tabsAllowed();
   if (/^[1-9]$/.test(event.key) && parts[0] === "users" && parts[1] && tabs[Number(event.key) - 1]) {
     location.hash = `#/users/${encodeURIComponent(parts[1])}/${tabs[Number(event.key) - 1][0]}`;
   } else if (event.key === "/") {
