@@ -1060,6 +1060,36 @@ mod tests {
     }
 
     #[test]
+    fn review_policies_come_per_tenant_from_the_file() {
+        let directory = std::env::temp_dir().join(format!("cairn-review-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("temp dir");
+        let file = directory.join("cairn.toml");
+        std::fs::write(
+            &file,
+            "review = \"supersession\"\n[tenants.clinic]\nreview = \"all\"\n\
+             [tenants.shop]\nreview = \"low_confidence\"\nreview_min_confidence = 0.7\n",
+        )
+        .expect("write");
+        let config = Config::from_sources(Some(&file), &[]).expect("valid");
+        let policies = config.review_policies().expect("policies");
+        assert!(policies.for_tenant("acme").supersession && !policies.for_tenant("acme").all);
+        assert!(policies.for_tenant("clinic").all);
+        let shop = policies.for_tenant("shop");
+        assert!(shop.low_confidence && !shop.supersession);
+        assert!((shop.min_confidence - 0.7).abs() < 1e-6);
+        // The environment names the default; a bad rule names where it is.
+        let strict = Config::from_sources(Some(&file), &[("CAIRN_REVIEW".into(), "all".into())]).expect("valid");
+        assert!(strict.review_policies().expect("policies").for_tenant("acme").all);
+        let wrong = Config::from_sources(None, &[("CAIRN_REVIEW".into(), "everything".into())])
+            .expect_err("unknown rule");
+        assert_eq!(wrong.key, "CAIRN_REVIEW");
+        std::fs::write(&file, "[tenants.shop]\nreview = \"fact_type:health\"\n").expect("write");
+        let wrong = Config::from_sources(Some(&file), &[]).expect_err("unknown fact type");
+        assert_eq!(wrong.key, "tenants.shop.review");
+        std::fs::remove_dir_all(&directory).ok();
+    }
+
+    #[test]
     fn defaults_apply_without_sources() {
         let config = Config::from_sources(None, &[]).expect("defaults are valid");
         assert_eq!(config.listen, "127.0.0.1:8080");
