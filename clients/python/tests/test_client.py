@@ -129,6 +129,16 @@ def test_reviewers_approve_and_reject_held_outcomes(make_service):
     assert writer.erase_user("bob").deleted.reviews == 1
 
 
+def test_a_low_confidence_threshold_comes_from_the_environment(make_service):
+    service = make_service({"CAIRN_REVIEW": "low_confidence", "CAIRN_REVIEW_MIN_CONFIDENCE": "0.6"})
+    client = Cairn(service.base, service.mint("acme"))
+    unsure = client.write_fact("alice", "The user may own a cat.", confidence=0.5)
+    sure = client.write_fact("alice", "The user owns a dog.", confidence=0.7)
+    assert (unsure.fact.status, unsure.decision.kind) == ("pending", "HELD_FOR_REVIEW")
+    assert (sure.fact.status, sure.decision.kind) == ("active", "NEW")
+    assert [r.rule for r in client.reviews("alice")] == ["low_confidence"]
+
+
 def test_errors_carry_status_code_and_request_id(service):
     reader = Cairn(service.base, service.mint("acme", scope="memory:read"))
     with pytest.raises(cairn.PermissionDeniedError) as denied:

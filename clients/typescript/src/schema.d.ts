@@ -829,6 +829,12 @@ export interface components {
             reassert?: boolean;
             /** @description The episode restating the value (default: the newest such episode found). */
             evidence_episode_id?: string | null;
+            /**
+             * @description Hold this write for a person's review, whatever the tenant's policy (which a
+             *     request can add to, never relax).
+             * @default false
+             */
+            review?: boolean;
         };
         /** @description The answer to a fact write: the fact (new, or the active duplicate) and the decision. */
         FactWriteResponse: {

@@ -40,6 +40,9 @@ pub struct FactInput {
     /// The episode in which the user restated the value; without it, the scope's
     /// episodes ingested after the tombstone are searched for one.
     pub evidence_episode_id: Option<String>,
+    /// Hold this write for review whatever the tenant's policy (rule `request`); a
+    /// request can add review, never take it away.
+    pub review: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -316,7 +319,11 @@ impl Cairn {
             (None, Some(old_id), Contradiction::Harsh) => (ReviewKind::Retraction, Some(old_id.clone())),
             (None, None, _) => (ReviewKind::NewFact, None),
         };
-        if let Some(rule) = self.review_policy(scope.tenant().as_str()).rule_for(kind, &fact) {
+        let policy = self.review_policy(scope.tenant().as_str());
+        if let Some(rule) = policy
+            .rule_for(kind, &fact)
+            .or_else(|| input.review.then(|| "request".to_owned()))
+        {
             let hold = Hold {
                 kind,
                 rule,

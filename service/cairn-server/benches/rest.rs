@@ -9,6 +9,10 @@
 //! Run with `cargo bench -p cairn-server --bench rest -- [FACTS] [--cluster URL]`
 //! (see README). The scope under test holds FACTS facts (default 2000), and 20 other
 //! users of the tenant 100 each.
+//!
+//! Then the review queue: a second tenant whose policy (from the config file, the way an
+//! operator sets one tenant's) holds supersessions. Its writes that supersede are held;
+//! the queues are read, and each held change is approved or rejected.
 
 use cairn_core::MemoryStore;
 use cairn_inference::OnnxEmbedder;
@@ -33,6 +37,10 @@ const SINGLE_CALLS: usize = 200;
 const CALLERS: usize = 8;
 const CALLS_PER_CALLER: usize = 40;
 const BATCHES: usize = 50;
+/// The tenant whose supersessions wait for review, and how many it holds.
+const REVIEW_TENANT: &str = "review-bench";
+const REVIEW_USERS: usize = 10;
+const REVIEWS: usize = 100;
 
 /// The figures of one backend.
 struct Figures {
@@ -41,6 +49,8 @@ struct Figures {
     single: f64,
     concurrent: f64,
     batches: f64,
+    /// Per review operation: its name and p50 / p95 / p99 in ms.
+    reviews: Vec<(&'static str, (f64, f64, f64))>,
 }
 
 /// A `cairn serve` process, stopped when dropped.
@@ -48,6 +58,8 @@ struct Server {
     child: Child,
     base: String,
     token: String,
+    /// Reads, writes and reviews in the review tenant.
+    reviewer: String,
 }
 
 impl Drop for Server {
@@ -91,27 +103,37 @@ async fn serve(data: &Path, env: &[(&str, String)], client: &reqwest::Client) ->
     for (name, value) in env {
         command.env(name, value);
     }
+    // One tenant's policy holds supersessions for review, as an operator sets it.
+    let config = data.join("cairn.toml");
+    std::fs::write(
+        &config,
+        format!("[tenants.{REVIEW_TENANT}]\nreview = \"supersession\"\n"),
+    )
+    .expect("config file");
+    command.env("CAIRN_CONFIG", &config);
     let child = command.spawn().expect("cairn serve starts");
     let base = format!("http://127.0.0.1:{port}");
-    let token = String::from_utf8(
-        Command::new(binary())
-            .args([
-                "token",
-                "mint",
-                "--tenant",
-                TENANT,
-                "--scope",
-                "memory:read,memory:write",
-            ])
-            .env("CAIRN_JWT_SECRET", SECRET)
-            .output()
-            .expect("cairn token mint")
-            .stdout,
-    )
-    .expect("a token")
-    .trim()
-    .to_owned();
-    let server = Server { child, base, token };
+    let mint = |tenant: &str, scope: &str| {
+        String::from_utf8(
+            Command::new(binary())
+                .args(["token", "mint", "--tenant", tenant, "--scope", scope])
+                .env("CAIRN_JWT_SECRET", SECRET)
+                .output()
+                .expect("cairn token mint")
+                .stdout,
+        )
+        .expect("a token")
+        .trim()
+        .to_owned()
+    };
+    let token = mint(TENANT, "memory:read,memory:write");
+    let reviewer = mint(REVIEW_TENANT, "memory:read,memory:write,memory:review");
+    let server = Server {
+        child,
+        base,
+        token,
+        reviewer,
+    };
     let started = Instant::now();
     loop {
         let ready = client.get(format!("{}/readyz", server.base)).send().await;
@@ -128,17 +150,118 @@ async fn serve(data: &Path, env: &[(&str, String)], client: &reqwest::Client) ->
 }
 
 async fn post(client: &reqwest::Client, server: &Server, path: &str, body: Value) -> Value {
-    let answer = client
-        .post(format!("{}{path}", server.base))
-        .bearer_auth(&server.token)
-        .json(&body)
-        .send()
-        .await
-        .expect("the service answers");
+    send(
+        client,
+        server,
+        &server.token,
+        reqwest::Method::POST,
+        path,
+        Some(body),
+    )
+    .await
+}
+
+async fn send(
+    client: &reqwest::Client,
+    server: &Server,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
+    let mut request = client
+        .request(method, format!("{}{path}", server.base))
+        .bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let answer = request.send().await.expect("the service answers");
     let status = answer.status();
     let body: Value = answer.json().await.expect("a JSON answer");
     assert!(status.is_success(), "{path}: {status} {body}");
     body
+}
+
+/// p50 / p95 / p99 of latencies, in ms.
+fn spread(mut latencies: Vec<Duration>) -> (f64, f64, f64) {
+    latencies.sort();
+    (
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.95),
+        percentile(&latencies, 0.99),
+    )
+}
+
+/// The review queue of the review tenant: a held supersession per write, the user's
+/// and the tenant's queues, and the decisions.
+async fn measure_reviews(server: &Server, client: &reqwest::Client) -> Vec<(&'static str, (f64, f64, f64))> {
+    let token = server.reviewer.as_str();
+    let user = |index: usize| format!("/v1/users/reviewed-{}", index % REVIEW_USERS);
+    let mut hold = Vec::with_capacity(REVIEWS);
+    for index in 0..REVIEWS {
+        let path = format!("{}/facts", user(index));
+        let first = json!({ "text": format!("The user's locker number is {index}") });
+        let old = send(client, server, token, reqwest::Method::POST, &path, Some(first)).await;
+        let moved = json!({ "text": format!("The user's locker number is {}", index + 1000),
+                            "supersedes": old["fact"]["id"] });
+        let started = Instant::now();
+        let answer = send(client, server, token, reqwest::Method::POST, &path, Some(moved)).await;
+        hold.push(started.elapsed());
+        assert_eq!(answer["decision"]["kind"], "HELD_FOR_REVIEW", "{answer}");
+    }
+    let mut user_queue = Vec::new();
+    let mut reviews = Vec::new();
+    for index in 0..REVIEW_USERS {
+        let started = Instant::now();
+        let page = send(
+            client,
+            server,
+            token,
+            reqwest::Method::GET,
+            &format!("{}/reviews?limit=50", user(index)),
+            None,
+        )
+        .await;
+        user_queue.push(started.elapsed());
+        for review in page["items"].as_array().into_iter().flatten() {
+            reviews.push((index, review["id"].as_str().unwrap_or_default().to_owned()));
+        }
+    }
+    assert_eq!(reviews.len(), REVIEWS, "every held change is queued");
+    let mut tenant_queue = Vec::new();
+    for _ in 0..REVIEW_USERS * 3 {
+        let started = Instant::now();
+        let page = send(
+            client,
+            server,
+            token,
+            reqwest::Method::GET,
+            "/v1/reviews?limit=50",
+            None,
+        )
+        .await;
+        tenant_queue.push(started.elapsed());
+        assert_eq!(page["counts"]["total"].as_u64(), Some(REVIEWS as u64));
+    }
+    let (mut approve, mut reject) = (Vec::new(), Vec::new());
+    for (turn, (index, id)) in reviews.iter().enumerate() {
+        let verb = if turn % 2 == 0 { "approve" } else { "reject" };
+        let path = format!("{}/reviews/{id}/{verb}", user(*index));
+        let started = Instant::now();
+        send(client, server, token, reqwest::Method::POST, &path, None).await;
+        if verb == "approve" {
+            approve.push(started.elapsed());
+        } else {
+            reject.push(started.elapsed());
+        }
+    }
+    vec![
+        ("held write", spread(hold)),
+        ("user queue", spread(user_queue)),
+        ("tenant queue", spread(tenant_queue)),
+        ("approve", spread(approve)),
+        ("reject", spread(reject)),
+    ]
 }
 
 fn message(text: String) -> Value {
@@ -229,12 +352,14 @@ async fn measure(
         .await;
     }
     let batches = (BATCHES * 20) as f64 / started.elapsed().as_secs_f64();
+    let reviews = measure_reviews(server, client).await;
     Figures {
         backend,
         recall,
         single,
         concurrent,
         batches,
+        reviews,
     }
 }
 
@@ -311,6 +436,18 @@ fn main() {
                 figure.concurrent,
                 figure.batches
             );
+        }
+        println!(
+            "review queue: tenant {REVIEW_TENANT} holds supersessions (set in the config file); {REVIEWS} held over \
+             {REVIEW_USERS} users, each approved or rejected; ms p50 / p95 / p99"
+        );
+        for figure in &figures {
+            let cells: Vec<String> = figure
+                .reviews
+                .iter()
+                .map(|(name, (p50, p95, p99))| format!("{name} {p50:.1} / {p95:.1} / {p99:.1}"))
+                .collect();
+            println!("{:<28} {}", figure.backend, cells.join(" · "));
         }
         if let [embedded, cluster] = figures.as_slice() {
             println!(

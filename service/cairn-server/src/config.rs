@@ -1078,7 +1078,8 @@ mod tests {
         assert!(shop.low_confidence && !shop.supersession);
         assert!((shop.min_confidence - 0.7).abs() < 1e-6);
         // The environment names the default; a bad rule names where it is.
-        let strict = Config::from_sources(Some(&file), &[("CAIRN_REVIEW".into(), "all".into())]).expect("valid");
+        let strict =
+            Config::from_sources(Some(&file), &[("CAIRN_REVIEW".into(), "all".into())]).expect("valid");
         assert!(strict.review_policies().expect("policies").for_tenant("acme").all);
         let wrong = Config::from_sources(None, &[("CAIRN_REVIEW".into(), "everything".into())])
             .expect_err("unknown rule");

@@ -401,6 +401,7 @@ impl CairnMcp {
                 expires_at: None,
                 reassert: false,
                 evidence_episode_id: None,
+                review: false,
             }
             .into_input()?;
             let outcome = self.cairn.write_fact(&scope, &caller.context, input).await?;

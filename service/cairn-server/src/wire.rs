@@ -312,6 +312,10 @@ pub struct FactBody {
     pub reassert: bool,
     /// The episode restating the value (default: the newest such episode found).
     pub evidence_episode_id: Option<String>,
+    /// Hold this write for a person's review, whatever the tenant's policy (which a
+    /// request can add to, never relax).
+    #[serde(default)]
+    pub review: bool,
 }
 
 pub fn parse_contradiction(value: Option<&str>) -> Result<Contradiction, Error> {
@@ -335,6 +339,7 @@ impl FactBody {
             expires_at: utc("expires_at", self.expires_at.as_deref())?,
             reassert: self.reassert,
             evidence_episode_id: self.evidence_episode_id,
+            review: self.review,
         })
     }
 }

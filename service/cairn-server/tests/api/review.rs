@@ -524,6 +524,20 @@ async fn a_tenant_holding_everything_activates_nothing_unreviewed() {
         "{metrics}"
     );
 
+    // A request may ask for review where the policy holds nothing; the rule says so.
+    let (status, asked) = write(
+        service,
+        &token("acme", ALL),
+        "u2",
+        json!({ "text": "The user is allergic to penicillin", "review": true }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{asked}");
+    assert_eq!(asked["fact"]["status"], "pending");
+    let asked_queue = queue(service, "u2").await;
+    assert_eq!(asked_queue.len(), 1);
+    assert_eq!(asked_queue[0]["rule"], "request");
+
     // Another tenant without the override writes as before.
     let (status, body) = write(
         service,
