@@ -1,13 +1,13 @@
 //! Explicit fact writes, supersession, retraction and forgetting, through the gates.
 
-use crate::consolidation::language;
+use crate::gates;
 use crate::review::Hold;
 use crate::{Cairn, RequestContext, audit_event, decision, now, validate};
 use cairn_core::text::{fingerprint, keyed_fingerprint};
 use cairn_core::{
-    Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Episode, Error, Fact, FactStatus, FactType,
-    Memory, Page, PageRequest, Result, ReviewKind, Scope, SearchFilter, StatusFilter, TextQuery, Tier,
-    Tombstone, TombstoneReason, new_id,
+    Change, ChangeSet, Decision, DecisionKind, Episode, Error, Fact, FactStatus, FactType, Memory, Page,
+    PageRequest, Result, ReviewKind, Scope, SearchFilter, StatusFilter, TextQuery, Tier, Tombstone,
+    TombstoneReason, new_id,
 };
 use chrono::{DateTime, Utc};
 
@@ -160,10 +160,7 @@ impl Cairn {
                 });
             };
             lifted = Some(tombstone.id.clone());
-            changes.push(Change::LiftTombstone {
-                tombstone_id: tombstone.id.clone(),
-                at: created_at,
-            });
+            changes.push(gates::lift(&tombstone.id, created_at));
             // The restatement is the new fact's evidence, and must still be stored when
             // the lift commits.
             changes.push(Change::RequireEpisodes(vec![evidence.id.clone()]));
@@ -268,47 +265,23 @@ impl Cairn {
                 if old.status != FactStatus::Active {
                     return Err(Error::not_active(&format!("fact {old_id}")));
                 }
-                match input.contradiction {
-                    Contradiction::Natural => {
-                        changes.push(Change::SupersedeFact {
-                            fact_id: old.id.clone(),
-                            superseded_by: fact.id.clone(),
-                            at: created_at,
-                            valid_to: Some(fact.valid_from.unwrap_or(created_at)),
-                        });
-                        changes.push(Change::InsertEdge(Edge {
-                            from_fact_id: fact.id.clone(),
-                            to_fact_id: old.id.clone(),
-                            kind: EdgeKind::Updates,
-                            created_at,
-                        }));
-                        (
-                            "fact.supersede",
-                            decision(
-                                DecisionKind::Updates,
-                                "explicit write superseding an active fact",
-                                Some(fact.id.clone()),
-                                vec![old.id.clone()],
-                            ),
-                        )
-                    }
-                    Contradiction::Harsh => {
-                        changes.extend(retraction_changes(
-                            &old,
-                            Some("contradicted by a newer statement"),
-                            created_at,
-                        ));
-                        (
-                            "fact.replace_retracted",
-                            decision(
-                                DecisionKind::Updates,
-                                "explicit write; the old value was never true and is retracted",
-                                Some(fact.id.clone()),
-                                vec![old.id.clone()],
-                            ),
-                        )
-                    }
-                }
+                changes.extend(gates::supersede(&old, &fact, created_at, input.contradiction));
+                let (action, reason) = match input.contradiction {
+                    Contradiction::Natural => ("fact.supersede", "explicit write superseding an active fact"),
+                    Contradiction::Harsh => (
+                        "fact.replace_retracted",
+                        "explicit write; the old value was never true and is retracted",
+                    ),
+                };
+                (
+                    action,
+                    decision(
+                        DecisionKind::Updates,
+                        reason,
+                        Some(fact.id.clone()),
+                        vec![old.id.clone()],
+                    ),
+                )
             }
         };
         // Gate: review. An outcome the tenant's policy holds is stored pending with its
@@ -400,9 +373,7 @@ impl Cairn {
         value: &str,
         named: Option<&str>,
     ) -> Result<Option<Episode>> {
-        let states = |episode: &Episode| {
-            episode.ingested_at > tombstone.created_at && language::states_value(&episode.text, value)
-        };
+        let states = |episode: &Episode| gates::restates(tombstone, episode, value);
         if let Some(episode_id) = named {
             let episode = self
                 .store
@@ -538,7 +509,7 @@ impl Cairn {
             Some(fact.id.clone()),
             Vec::new(),
         ));
-        change_set.changes = retraction_changes(&fact, reason.as_deref(), at);
+        change_set.changes = gates::retraction(&fact, reason.as_deref(), at);
         self.store.commit(scope, change_set).await?;
         self.get_fact(scope, fact_id).await
     }
@@ -583,22 +554,4 @@ impl Cairn {
         }
         self.store.commit(scope, change_set).await
     }
-}
-
-pub(crate) fn retraction_changes(fact: &Fact, reason: Option<&str>, at: DateTime<Utc>) -> Vec<Change> {
-    vec![
-        Change::RetractFact {
-            fact_id: fact.id.clone(),
-            reason: reason.map(str::to_owned),
-            at,
-        },
-        Change::InsertTombstone(Tombstone {
-            id: new_id("tomb"),
-            fingerprint: fingerprint(&fact.text),
-            fact_id: fact.id.clone(),
-            reason: TombstoneReason::Retracted,
-            created_at: at,
-            lifted_at: None,
-        }),
-    ]
 }

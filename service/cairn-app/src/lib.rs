@@ -6,6 +6,7 @@ mod consolidation;
 mod entities;
 mod episodes;
 mod facts;
+mod gates;
 mod playbooks;
 mod portability;
 mod profile;

@@ -9,13 +9,14 @@
 //! change set with the review's resolution; of two reviewers deciding at once, one
 //! commits and the other gets a conflict.
 
-use crate::facts::retraction_changes;
+use crate::facts::Contradiction;
+use crate::gates;
 use crate::{Cairn, RequestContext, audit_event, decision, now};
 use cairn_core::text::fingerprint;
 use cairn_core::{
-    Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Error, ErrorCode, Fact, FactStatus, FactType,
-    Page, PageRequest, Result, Review, ReviewKind, ReviewStatus, ReviewSummary, Scope, TenantScope,
-    Tombstone, TombstoneReason, UserReview, new_id,
+    Change, ChangeSet, Decision, DecisionKind, Error, ErrorCode, Fact, FactStatus, FactType, Page,
+    PageRequest, Result, Review, ReviewKind, ReviewStatus, ReviewSummary, Scope, TenantScope, Tombstone,
+    TombstoneReason, UserReview, new_id,
 };
 use std::collections::HashMap;
 
@@ -367,33 +368,16 @@ impl Cairn {
                         old.status_at(at).unwrap_or(old.status).as_str()
                     )));
                 }
-                if review.kind == ReviewKind::Supersession {
-                    changes.push(Change::SupersedeFact {
-                        fact_id: old.id.clone(),
-                        superseded_by: fact.id.clone(),
-                        at,
-                        valid_to: Some(fact.valid_from.unwrap_or(at)),
-                    });
-                    changes.push(Change::InsertEdge(Edge {
-                        from_fact_id: fact.id.clone(),
-                        to_fact_id: old.id.clone(),
-                        kind: EdgeKind::Updates,
-                        created_at: at,
-                    }));
+                let contradiction = if review.kind == ReviewKind::Supersession {
+                    Contradiction::Natural
                 } else {
-                    changes.extend(retraction_changes(
-                        &old,
-                        Some("contradicted by a newer statement"),
-                        at,
-                    ));
-                }
+                    Contradiction::Harsh
+                };
+                changes.extend(gates::supersede(&old, &fact, at, contradiction));
                 targets.push(old.id);
             }
             (ReviewKind::TombstoneLift, Some(tombstone_id)) => {
-                changes.push(Change::LiftTombstone {
-                    tombstone_id: tombstone_id.to_owned(),
-                    at,
-                });
+                changes.push(gates::lift(tombstone_id, at));
                 targets.push(tombstone_id.to_owned());
             }
             (kind, None) => {

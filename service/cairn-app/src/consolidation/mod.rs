@@ -9,14 +9,14 @@ mod discourse;
 pub(crate) mod language;
 pub mod offline;
 
+use crate::gates;
 use crate::review::Hold;
 use crate::{Cairn, RequestContext, now};
-use cairn_core::text::{fingerprint, tokens};
+use cairn_core::text::fingerprint;
 use cairn_core::{
-    AuditEvent, CandidateFact, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Edge, EdgeKind,
-    Episode, Error, ExtractionInput, Extractor, Fact, FactStatus, Judge, Result, ReviewKind, ReviewStatus,
-    Scope, SearchFilter, ShownFact, TextQuery, Tier, Tombstone, TombstoneReason, Usage, VectorQuery, Verdict,
-    cosine, new_id,
+    AuditEvent, CandidateFact, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Episode, Error,
+    ExtractionInput, Extractor, Fact, FactStatus, Judge, Result, ReviewKind, ReviewStatus, Scope,
+    SearchFilter, ShownFact, TextQuery, Tier, TombstoneReason, Usage, VectorQuery, cosine, new_id,
 };
 use chrono::{DateTime, Duration, Utc};
 use std::collections::{HashMap, HashSet};
@@ -248,10 +248,11 @@ impl WorkingSet {
     }
 }
 
-/// A retracted value the tombstone gate compares candidates with.
-struct Retracted {
-    tombstone: Tombstone,
-    fact: Option<Fact>,
+/// One candidate at the gates, with what it is checked against.
+struct Gated<'a> {
+    candidate: &'a CandidateFact,
+    vector: Option<&'a [f32]>,
+    episodes: &'a HashMap<&'a str, &'a Episode>,
 }
 
 impl Cairn {
@@ -572,7 +573,7 @@ impl Cairn {
         Ok(outcome)
     }
 
-    async fn retracted_values(&self, scope: &Scope) -> Result<Vec<Retracted>> {
+    async fn retracted_values(&self, scope: &Scope) -> Result<Vec<gates::Retracted>> {
         let mut values = Vec::new();
         for tombstone in self.store.list_tombstones(scope).await? {
             let fact = match tombstone.reason {
@@ -581,7 +582,7 @@ impl Cairn {
                 // A forgotten fact is erased: only its fingerprint remains.
                 TombstoneReason::Forgotten => None,
             };
-            values.push(Retracted { tombstone, fact });
+            values.push(gates::Retracted { tombstone, fact });
         }
         Ok(values)
     }
@@ -593,7 +594,7 @@ impl Cairn {
         scope: &Scope,
         plan: &mut Plan,
         working: &mut WorkingSet,
-        retracted: &[Retracted],
+        retracted: &[gates::Retracted],
         batch: BatchInput,
     ) -> Result<()> {
         let settings = &self.settings.consolidation;
@@ -625,19 +626,14 @@ impl Cairn {
             .iter()
             .map(|episode| (episode.id.as_str(), episode))
             .collect();
-        let user_words: HashSet<String> = batch
-            .episodes
-            .iter()
-            .chain(batch.earlier.iter())
-            .flat_map(|episode| tokens(&episode.text))
-            .map(|token| language::stem(&token))
-            .collect();
-        let assistant_words: HashSet<String> = batch
-            .assistant_context
-            .iter()
-            .flat_map(|text| tokens(text))
-            .map(|token| language::stem(&token))
-            .collect();
+        let words = gates::Vocabulary::new(
+            batch
+                .episodes
+                .iter()
+                .chain(batch.earlier.iter())
+                .map(|episode| episode.text.as_str()),
+            batch.assistant_context.iter().map(String::as_str),
+        );
 
         let mut candidates = Vec::new();
         for candidate in extraction.facts {
@@ -659,296 +655,14 @@ impl Cairn {
                     .collect(),
             )
             .await?;
-
         for (candidate, vector) in candidates.into_iter().zip(vectors) {
-            // Gate 1: grounding. Names, numbers, versions and rare words must come from
-            // the user's own episodes. One that only the assistant said is the classic
-            // invented memory; one nobody said (a model's embellishment, or an assistant
-            // turn no longer at hand when old episodes are re-read) is dropped as well.
-            let ungrounded: Vec<String> = language::distinctive_tokens(&candidate.text)
-                .into_iter()
-                .filter(|token| !user_words.contains(&language::stem(token)))
-                .collect();
-            if !ungrounded.is_empty() {
-                let from_assistant = ungrounded
-                    .iter()
-                    .any(|token| assistant_words.contains(&language::stem(token)));
-                plan.decide(
-                    DecisionKind::DroppedUngrounded,
-                    format!(
-                        "\"{}\" carries {} that {}",
-                        candidate.text,
-                        ungrounded.join(", "),
-                        if from_assistant {
-                            "only the assistant said"
-                        } else {
-                            "the user never said"
-                        }
-                    ),
-                    None,
-                    candidate.source_episode_ids.clone(),
-                );
-                continue;
-            }
-
-            // Gate 2: tombstones.
-            let value_fingerprint = fingerprint(&candidate.text);
-            let matched = retracted.iter().find(|value| {
-                value.tombstone.lifted_at.is_none()
-                    && !working.lifted.contains(&value.tombstone.id)
-                    && (value.tombstone.fingerprint == value_fingerprint
-                        || value.fact.as_ref().is_some_and(|fact| {
-                            let close = match (&vector, &fact.embedding) {
-                                (Some(candidate), Some(old)) => {
-                                    cosine(candidate, old) >= settings.tombstone_similarity
-                                }
-                                _ => false,
-                            };
-                            close
-                                && (language::slot(&fact.text) == language::slot(&candidate.text)
-                                    || language::shares_subject(&fact.text, &candidate.text))
-                        }))
-            });
-            let policy = self.review_policy(scope.tenant().as_str());
-            let mut held_lift = None;
-            if let Some(value) = matched {
-                // Lifted only by a user episode ingested after the tombstone that
-                // states the value itself.
-                let restatement = candidate
-                    .source_episode_ids
-                    .iter()
-                    .filter_map(|id| episodes_by_id.get(id.as_str()))
-                    .filter(|episode| {
-                        episode.ingested_at > value.tombstone.created_at
-                            && language::states_value(&episode.text, &candidate.text)
-                    })
-                    .max_by_key(|episode| episode.ingested_at);
-                let Some(evidence) = restatement else {
-                    // The reason names the tombstone, never the value: a forgotten
-                    // value must not come back as text in a decision.
-                    plan.decide(
-                        DecisionKind::BlockedByTombstone,
-                        format!(
-                            "a candidate matches tombstone {} ({}) and no newer user episode states it",
-                            value.tombstone.id,
-                            value.tombstone.reason.as_str()
-                        ),
-                        None,
-                        vec![value.tombstone.id.clone()],
-                    );
-                    continue;
-                };
-                let fact_type = candidate.fact_type;
-                if let Some(rule) = policy.rule_of(ReviewKind::TombstoneLift, fact_type, candidate.confidence)
-                {
-                    // The restatement waits for a reviewer; the tombstone stays until then.
-                    held_lift = Some((value.tombstone.id.clone(), rule, evidence.id.clone()));
-                } else {
-                    working.lifted.insert(value.tombstone.id.clone());
-                    plan.changes.push(Change::LiftTombstone {
-                        tombstone_id: value.tombstone.id.clone(),
-                        at: now(),
-                    });
-                    plan.decide(
-                        DecisionKind::TombstoneLifted,
-                        format!(
-                            "user episode {} ingested after the tombstone states the value again",
-                            evidence.id
-                        ),
-                        None,
-                        vec![value.tombstone.id.clone(), evidence.id.clone()],
-                    );
-                    plan.lifts.push((value.tombstone.id.clone(), evidence.id.clone()));
-                }
-            }
-
-            // Gate 3: dedup, first without a model.
-            self.add_neighbours(scope, working, &candidate.text, vector.as_deref())
+            let gated = Gated {
+                candidate: &candidate,
+                vector: vector.as_deref(),
+                episodes: &episodes_by_id,
+            };
+            self.gate_candidate(scope, plan, working, retracted, &words, gated)
                 .await?;
-            if let Some(existing) = working
-                .current()
-                .find(|fact| language::jaccard(&fact.text, &candidate.text) >= settings.duplicate_jaccard)
-            {
-                plan.decide(
-                    DecisionKind::Duplicate,
-                    format!("near-identical to current fact {}", existing.id),
-                    Some(existing.id.clone()),
-                    vec![existing.id.clone()],
-                );
-                continue;
-            }
-            // A value held for review, or rejected by a reviewer, is not proposed again.
-            if let Some(held) = working
-                .pending()
-                .find(|fact| language::jaccard(&fact.text, &candidate.text) >= settings.duplicate_jaccard)
-            {
-                plan.decide(
-                    DecisionKind::Duplicate,
-                    format!("near-identical to fact {}, pending review", held.id),
-                    Some(held.id.clone()),
-                    vec![held.id.clone()],
-                );
-                continue;
-            }
-            if let Some(review) = self.reviewed_value(scope, &candidate.text).await? {
-                plan.decide(
-                    DecisionKind::Duplicate,
-                    format!(
-                        "the same value as fact {}, {} in review {}",
-                        review.fact_id,
-                        if review.status == ReviewStatus::Rejected {
-                            "rejected"
-                        } else {
-                            "pending"
-                        },
-                        review.id
-                    ),
-                    Some(review.fact_id.clone()),
-                    vec![review.fact_id.clone(), review.id.clone()],
-                );
-                continue;
-            }
-            if let Some(previous) = self.derived_before(scope, &candidate).await? {
-                plan.decide(
-                    DecisionKind::Duplicate,
-                    format!(
-                        "already derived from the same episode as fact {} ({})",
-                        previous.id,
-                        previous.status.as_str()
-                    ),
-                    Some(previous.id.clone()),
-                    vec![previous.id.clone()],
-                );
-                continue;
-            }
-            let shown = shown_facts(working, &candidate.text, vector.as_deref(), settings.judge_shown);
-            let (verdict, reason) = if shown.is_empty() {
-                (
-                    Verdict::New,
-                    "the scope holds no current fact to compare with".to_owned(),
-                )
-            } else {
-                let judgement = self.consolidator.judge.judge(&candidate, &shown).await?;
-                plan.usage.add(judgement.usage);
-                (judgement.verdict, judgement.reason)
-            };
-
-            // Gate 4: apply. A target must be one of the facts shown; anything else is NEW.
-            let resolve = |alias: &str| {
-                shown
-                    .iter()
-                    .find(|shown| shown.alias == alias)
-                    .map(|shown| shown.fact.clone())
-            };
-            let fact = new_fact(plan.next_id("fact"), &candidate, &episodes_by_id, vector.clone());
-            let (verdict, reason) = match verdict {
-                Verdict::Updates(alias) | Verdict::Extends(alias) | Verdict::Duplicate(alias)
-                    if resolve(&alias).is_none() =>
-                {
-                    (
-                        Verdict::New,
-                        format!("the judge named {alias}, which it was not shown; kept as new"),
-                    )
-                }
-                other => (other, reason),
-            };
-            // Gate 5: review. An outcome the tenant's policy holds is stored pending, with
-            // what it would change, and changes nothing else until a person approves it.
-            let proposal = match (&held_lift, &verdict) {
-                (Some((tombstone_id, rule, _)), _) => Some((
-                    ReviewKind::TombstoneLift,
-                    Some(tombstone_id.clone()),
-                    Some(rule.clone()),
-                )),
-                (None, Verdict::Updates(alias)) => {
-                    resolve(alias).map(|existing| (ReviewKind::Supersession, Some(existing.id), None))
-                }
-                (None, Verdict::New | Verdict::Extends(_)) => Some((ReviewKind::NewFact, None, None)),
-                (None, Verdict::Duplicate(_)) => None,
-            };
-            if let Some((kind, target_id, rule)) = proposal
-                && let Some(rule) = rule.or_else(|| policy.rule_for(kind, &fact))
-            {
-                let verdict_name = match &verdict {
-                    Verdict::New => "NEW",
-                    Verdict::Updates(_) => "UPDATES",
-                    Verdict::Extends(_) => "EXTENDS",
-                    Verdict::Duplicate(_) => "DUPLICATE",
-                };
-                let hold = Hold {
-                    kind,
-                    rule,
-                    target_id,
-                    reason: format!("{verdict_name}: {reason}"),
-                    origin: plan.run_id.clone(),
-                };
-                let mut fact = fact;
-                let decision_id = plan.next_id("dec");
-                let (changes, held) = hold.changes(scope, &mut fact, decision_id);
-                plan.changes.extend(changes);
-                plan.decisions.push(held);
-                plan.track(working, fact);
-                continue;
-            }
-            match verdict {
-                Verdict::New => {
-                    plan.decide(DecisionKind::New, reason, Some(fact.id.clone()), Vec::new());
-                    plan.insert(working, fact);
-                }
-                Verdict::Duplicate(alias) => {
-                    let Some(existing) = resolve(&alias) else { continue };
-                    plan.decide(
-                        DecisionKind::Duplicate,
-                        reason,
-                        Some(existing.id.clone()),
-                        vec![existing.id],
-                    );
-                }
-                Verdict::Extends(alias) => {
-                    let Some(existing) = resolve(&alias) else { continue };
-                    plan.changes.push(Change::InsertFact(fact.clone()));
-                    plan.changes.push(Change::InsertEdge(Edge {
-                        from_fact_id: fact.id.clone(),
-                        to_fact_id: existing.id.clone(),
-                        kind: EdgeKind::Extends,
-                        created_at: fact.created_at,
-                    }));
-                    plan.decide(
-                        DecisionKind::Extends,
-                        reason,
-                        Some(fact.id.clone()),
-                        vec![existing.id],
-                    );
-                    plan.track(working, fact);
-                }
-                Verdict::Updates(alias) => {
-                    let Some(existing) = resolve(&alias) else { continue };
-                    // The store re-checks inside the commit that the old fact is in this
-                    // scope and still active; a concurrent change fails the whole batch.
-                    plan.changes.push(Change::InsertFact(fact.clone()));
-                    plan.changes.push(Change::SupersedeFact {
-                        fact_id: existing.id.clone(),
-                        superseded_by: fact.id.clone(),
-                        at: fact.created_at,
-                        valid_to: Some(fact.valid_from.unwrap_or(fact.created_at)),
-                    });
-                    plan.changes.push(Change::InsertEdge(Edge {
-                        from_fact_id: fact.id.clone(),
-                        to_fact_id: existing.id.clone(),
-                        kind: EdgeKind::Updates,
-                        created_at: fact.created_at,
-                    }));
-                    plan.decide(
-                        DecisionKind::Updates,
-                        reason,
-                        Some(fact.id.clone()),
-                        vec![existing.id.clone()],
-                    );
-                    plan.superseded.push(existing.id.clone());
-                    working.retired.insert(existing.id);
-                    plan.track(working, fact);
-                }
-            }
         }
 
         for candidate in extraction.playbooks {
@@ -995,6 +709,238 @@ impl Cairn {
             );
             plan.playbooks += 1;
             plan.changes.push(Change::InsertPlaybook(playbook));
+        }
+        Ok(())
+    }
+
+    /// Runs one candidate through the gates in order (see `gates`), adding its changes
+    /// and decision to `plan`.
+    async fn gate_candidate(
+        &self,
+        scope: &Scope,
+        plan: &mut Plan,
+        working: &mut WorkingSet,
+        retracted: &[gates::Retracted],
+        words: &gates::Vocabulary,
+        gated: Gated<'_>,
+    ) -> Result<()> {
+        let settings = &self.settings.consolidation;
+        let Gated {
+            candidate,
+            vector,
+            episodes,
+        } = gated;
+        let sources = || candidate.source_episode_ids.clone();
+        // Gate 1: grounding.
+        if let Err(reason) = gates::grounding(&candidate.text, words) {
+            plan.decide(DecisionKind::DroppedUngrounded, reason, None, sources());
+            return Ok(());
+        }
+
+        // Gate 2: tombstones. A matched value is lifted only by a user episode ingested
+        // after the tombstone that states it; a lift the review policy holds waits.
+        let policy = self.review_policy(scope.tenant().as_str());
+        let mut held_lift = None;
+        if let Some(value) = gates::matching_tombstone(
+            retracted,
+            &working.lifted,
+            &candidate.text,
+            vector,
+            settings.tombstone_similarity,
+        ) {
+            let tombstone = &value.tombstone;
+            let restatement = candidate
+                .source_episode_ids
+                .iter()
+                .filter_map(|id| episodes.get(id.as_str()))
+                .filter(|episode| gates::restates(tombstone, episode, &candidate.text))
+                .max_by_key(|episode| episode.ingested_at);
+            let Some(evidence) = restatement else {
+                // The reason names the tombstone, never the value: a forgotten value
+                // must not come back as text in a decision.
+                plan.decide(
+                    DecisionKind::BlockedByTombstone,
+                    format!(
+                        "a candidate matches tombstone {} ({}) and no newer user episode states it",
+                        tombstone.id,
+                        tombstone.reason.as_str()
+                    ),
+                    None,
+                    vec![tombstone.id.clone()],
+                );
+                return Ok(());
+            };
+            match policy.rule_of(
+                ReviewKind::TombstoneLift,
+                candidate.fact_type,
+                candidate.confidence,
+            ) {
+                Some(rule) => held_lift = Some((tombstone.id.clone(), rule)),
+                None => {
+                    working.lifted.insert(tombstone.id.clone());
+                    plan.changes.push(gates::lift(&tombstone.id, now()));
+                    plan.decide(
+                        DecisionKind::TombstoneLifted,
+                        format!(
+                            "user episode {} ingested after the tombstone states the value again",
+                            evidence.id
+                        ),
+                        None,
+                        vec![tombstone.id.clone(), evidence.id.clone()],
+                    );
+                    plan.lifts.push((tombstone.id.clone(), evidence.id.clone()));
+                }
+            }
+        }
+
+        // Gate 3: dedup, without a model: a current value, a value held for review or
+        // rejected by a reviewer, or a value already derived from the same episode.
+        self.add_neighbours(scope, working, &candidate.text, vector)
+            .await?;
+        let threshold = settings.duplicate_jaccard;
+        let duplicate =
+            if let Some(existing) = gates::near_duplicate(working.current(), &candidate.text, threshold) {
+                Some((
+                    existing.id.clone(),
+                    format!("near-identical to current fact {}", existing.id),
+                    Vec::new(),
+                ))
+            } else if let Some(held) = gates::near_duplicate(working.pending(), &candidate.text, threshold) {
+                Some((
+                    held.id.clone(),
+                    format!("near-identical to fact {}, pending review", held.id),
+                    Vec::new(),
+                ))
+            } else if let Some(review) = self.reviewed_value(scope, &candidate.text).await? {
+                let state = if review.status == ReviewStatus::Rejected {
+                    "rejected"
+                } else {
+                    "pending"
+                };
+                Some((
+                    review.fact_id.clone(),
+                    format!(
+                        "the same value as fact {}, {state} in review {}",
+                        review.fact_id, review.id
+                    ),
+                    vec![review.id.clone()],
+                ))
+            } else {
+                self.derived_before(scope, candidate).await?.map(|previous| {
+                    (
+                        previous.id.clone(),
+                        format!(
+                            "already derived from the same episode as fact {} ({})",
+                            previous.id,
+                            previous.status.as_str()
+                        ),
+                        Vec::new(),
+                    )
+                })
+            };
+        if let Some((fact_id, reason, also)) = duplicate {
+            let mut targets = vec![fact_id.clone()];
+            targets.extend(also);
+            plan.decide(DecisionKind::Duplicate, reason, Some(fact_id), targets);
+            return Ok(());
+        }
+
+        // Gate 4: the judge, over the nearest current facts, its verdict resolved once.
+        let shown = shown_facts(working, &candidate.text, vector, settings.judge_shown);
+        let (outcome, reason) = if shown.is_empty() {
+            (
+                gates::Outcome::New,
+                "the scope holds no current fact to compare with".to_owned(),
+            )
+        } else {
+            let judgement = self.consolidator.judge.judge(candidate, &shown).await?;
+            plan.usage.add(judgement.usage);
+            gates::resolve(judgement.verdict, judgement.reason, &shown)
+        };
+        let mut fact = new_fact(
+            plan.next_id("fact"),
+            candidate,
+            episodes,
+            vector.map(<[f32]>::to_vec),
+        );
+
+        // Gate 5: review. An outcome the tenant's policy holds is stored pending, with
+        // what it would change, and changes nothing else until a person approves it.
+        let proposal = match (&held_lift, &outcome) {
+            (Some((tombstone_id, rule)), _) => Some((
+                ReviewKind::TombstoneLift,
+                Some(tombstone_id.clone()),
+                Some(rule.clone()),
+            )),
+            (None, gates::Outcome::Updates(existing)) => {
+                Some((ReviewKind::Supersession, Some(existing.id.clone()), None))
+            }
+            (None, gates::Outcome::New | gates::Outcome::Extends(_)) => {
+                Some((ReviewKind::NewFact, None, None))
+            }
+            (None, gates::Outcome::Duplicate(_)) => None,
+        };
+        if let Some((kind, target_id, rule)) = proposal
+            && let Some(rule) = rule.or_else(|| policy.rule_for(kind, &fact))
+        {
+            let hold = Hold {
+                kind,
+                rule,
+                target_id,
+                reason: format!("{}: {reason}", outcome.name()),
+                origin: plan.run_id.clone(),
+            };
+            let decision_id = plan.next_id("dec");
+            let (changes, held) = hold.changes(scope, &mut fact, decision_id);
+            plan.changes.extend(changes);
+            plan.decisions.push(held);
+            plan.track(working, fact);
+            return Ok(());
+        }
+
+        // Gate 6: apply.
+        match outcome {
+            gates::Outcome::New => {
+                plan.decide(DecisionKind::New, reason, Some(fact.id.clone()), Vec::new());
+                plan.insert(working, fact);
+            }
+            gates::Outcome::Duplicate(existing) => {
+                plan.decide(
+                    DecisionKind::Duplicate,
+                    reason,
+                    Some(existing.id.clone()),
+                    vec![existing.id],
+                );
+            }
+            gates::Outcome::Extends(existing) => {
+                plan.changes.push(Change::InsertFact(fact.clone()));
+                plan.changes.push(gates::extension(&fact, &existing));
+                plan.decide(
+                    DecisionKind::Extends,
+                    reason,
+                    Some(fact.id.clone()),
+                    vec![existing.id],
+                );
+                plan.track(working, fact);
+            }
+            gates::Outcome::Updates(existing) => {
+                plan.changes.push(Change::InsertFact(fact.clone()));
+                plan.changes.extend(gates::supersede(
+                    &existing,
+                    &fact,
+                    fact.created_at,
+                    crate::facts::Contradiction::Natural,
+                ));
+                plan.decide(
+                    DecisionKind::Updates,
+                    reason,
+                    Some(fact.id.clone()),
+                    vec![existing.id.clone()],
+                );
+                plan.superseded.push(existing.id.clone());
+                working.retired.insert(existing.id);
+                plan.track(working, fact);
+            }
         }
         Ok(())
     }

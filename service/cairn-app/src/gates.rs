@@ -1,0 +1,349 @@
+//! The write gates, in the order a candidate fact passes them: grounding, tombstones,
+//! dedup, judge, review, apply. A consolidation run sends each extracted candidate
+//! through all of them (`consolidation`); an explicit write goes through tombstones,
+//! dedup, review and apply (`facts`); an approved review through apply (`review`). Each
+//! gate is a named function here, so every path decides the same way and builds the
+//! same changes.
+
+use crate::consolidation::language;
+use crate::facts::Contradiction;
+use cairn_core::text::{fingerprint, tokens};
+use cairn_core::{
+    Change, Edge, EdgeKind, Episode, Fact, ShownFact, Tombstone, TombstoneReason, Verdict, cosine, new_id,
+};
+use chrono::{DateTime, Utc};
+use std::collections::HashSet;
+
+/// The stemmed words the user said, and those only the assistant said, in a batch.
+pub(crate) struct Vocabulary {
+    user: HashSet<String>,
+    assistant: HashSet<String>,
+}
+
+impl Vocabulary {
+    pub(crate) fn new<'a>(
+        user_texts: impl IntoIterator<Item = &'a str>,
+        assistant_texts: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        let stems = |texts: &mut dyn Iterator<Item = &'a str>| -> HashSet<String> {
+            texts
+                .flat_map(tokens)
+                .map(|token| language::stem(&token))
+                .collect()
+        };
+        Vocabulary {
+            user: stems(&mut user_texts.into_iter()),
+            assistant: stems(&mut assistant_texts.into_iter()),
+        }
+    }
+}
+
+/// Gate 1, grounding: names, numbers, versions and rare words of a candidate must come
+/// from the user's own episodes. One that only the assistant said is the classic
+/// invented memory; one nobody said (a model's embellishment, or an assistant turn no
+/// longer at hand when old episodes are re-read) is dropped as well. `Err` holds why.
+pub(crate) fn grounding(text: &str, words: &Vocabulary) -> Result<(), String> {
+    let ungrounded: Vec<String> = language::distinctive_tokens(text)
+        .into_iter()
+        .filter(|token| !words.user.contains(&language::stem(token)))
+        .collect();
+    if ungrounded.is_empty() {
+        return Ok(());
+    }
+    let from_assistant = ungrounded
+        .iter()
+        .any(|token| words.assistant.contains(&language::stem(token)));
+    Err(format!(
+        "\"{text}\" carries {} that {}",
+        ungrounded.join(", "),
+        if from_assistant {
+            "only the assistant said"
+        } else {
+            "the user never said"
+        }
+    ))
+}
+
+/// A retracted or forgotten value the tombstone gate compares candidates with.
+pub(crate) struct Retracted {
+    pub tombstone: Tombstone,
+    /// The retracted fact, kept so a candidate can be compared by meaning (a forgotten
+    /// fact is erased: only its fingerprint remains).
+    pub fact: Option<Fact>,
+}
+
+/// Gate 2, tombstones: the unlifted tombstone a candidate matches, by its fingerprint
+/// or, for a retracted fact, by meaning (cosine at least `similarity`, and the same
+/// slot or subject). Tombstones in `lifted` were lifted earlier in the same run.
+pub(crate) fn matching_tombstone<'a>(
+    retracted: &'a [Retracted],
+    lifted: &HashSet<String>,
+    text: &str,
+    vector: Option<&[f32]>,
+    similarity: f32,
+) -> Option<&'a Retracted> {
+    let value = fingerprint(text);
+    retracted.iter().find(|candidate| {
+        candidate.tombstone.lifted_at.is_none()
+            && !lifted.contains(&candidate.tombstone.id)
+            && (candidate.tombstone.fingerprint == value
+                || candidate.fact.as_ref().is_some_and(|fact| {
+                    let close = match (vector, &fact.embedding) {
+                        (Some(new), Some(old)) => cosine(new, old) >= similarity,
+                        _ => false,
+                    };
+                    close
+                        && (language::slot(&fact.text) == language::slot(text)
+                            || language::shares_subject(&fact.text, text))
+                }))
+    })
+}
+
+/// Whether `episode` restates a tombstoned `value` first-hand: a user episode ingested
+/// after the tombstone that holds the value's content words. Only such an episode
+/// lifts a tombstone.
+pub(crate) fn restates(tombstone: &Tombstone, episode: &Episode, value: &str) -> bool {
+    episode.ingested_at > tombstone.created_at && language::states_value(&episode.text, value)
+}
+
+/// The change that lifts a tombstone.
+pub(crate) fn lift(tombstone_id: &str, at: DateTime<Utc>) -> Change {
+    Change::LiftTombstone {
+        tombstone_id: tombstone_id.to_owned(),
+        at,
+    }
+}
+
+/// Gate 3, dedup without a model: the first fact whose text is near-identical to
+/// `text` (word Jaccard at least `threshold`).
+pub(crate) fn near_duplicate<'a>(
+    facts: impl IntoIterator<Item = &'a Fact>,
+    text: &str,
+    threshold: f64,
+) -> Option<&'a Fact> {
+    facts
+        .into_iter()
+        .find(|fact| language::jaccard(&fact.text, text) >= threshold)
+}
+
+/// What the judge decided, with the fact it named resolved among those it was shown.
+#[derive(Clone, Debug)]
+pub(crate) enum Outcome {
+    New,
+    Duplicate(Fact),
+    Extends(Fact),
+    Updates(Fact),
+}
+
+impl Outcome {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Outcome::New => "NEW",
+            Outcome::Duplicate(_) => "DUPLICATE",
+            Outcome::Extends(_) => "EXTENDS",
+            Outcome::Updates(_) => "UPDATES",
+        }
+    }
+}
+
+/// Gate 4, the judge's verdict resolved once: a target must be one of the facts shown
+/// (by alias); a verdict naming anything else keeps the candidate as new.
+pub(crate) fn resolve(verdict: Verdict, reason: String, shown: &[ShownFact]) -> (Outcome, String) {
+    let named = |alias: &str| {
+        shown
+            .iter()
+            .find(|shown| shown.alias == alias)
+            .map(|shown| shown.fact.clone())
+    };
+    let (alias, outcome): (String, fn(Fact) -> Outcome) = match verdict {
+        Verdict::New => return (Outcome::New, reason),
+        Verdict::Duplicate(alias) => (alias, Outcome::Duplicate),
+        Verdict::Extends(alias) => (alias, Outcome::Extends),
+        Verdict::Updates(alias) => (alias, Outcome::Updates),
+    };
+    match named(&alias) {
+        Some(fact) => (outcome(fact), reason),
+        None => (
+            Outcome::New,
+            format!("the judge named {alias}, which it was not shown; kept as new"),
+        ),
+    }
+}
+
+/// Gate 6, apply: the changes that retire `old` for `new` at `at`. A natural change
+/// supersedes it (kept as history, its validity ending when the new value's begins) and
+/// links the two; a harsh one retracts and tombstones it (it was never true). The store
+/// re-checks inside the commit that `old` is in the scope and still active.
+pub(crate) fn supersede(
+    old: &Fact,
+    new: &Fact,
+    at: DateTime<Utc>,
+    contradiction: Contradiction,
+) -> Vec<Change> {
+    match contradiction {
+        Contradiction::Natural => vec![
+            Change::SupersedeFact {
+                fact_id: old.id.clone(),
+                superseded_by: new.id.clone(),
+                at,
+                valid_to: Some(new.valid_from.unwrap_or(at)),
+            },
+            Change::InsertEdge(Edge {
+                from_fact_id: new.id.clone(),
+                to_fact_id: old.id.clone(),
+                kind: EdgeKind::Updates,
+                created_at: at,
+            }),
+        ],
+        Contradiction::Harsh => retraction(old, Some("contradicted by a newer statement"), at),
+    }
+}
+
+/// The changes that retract a fact and tombstone its value.
+pub(crate) fn retraction(fact: &Fact, reason: Option<&str>, at: DateTime<Utc>) -> Vec<Change> {
+    vec![
+        Change::RetractFact {
+            fact_id: fact.id.clone(),
+            reason: reason.map(str::to_owned),
+            at,
+        },
+        Change::InsertTombstone(Tombstone {
+            id: new_id("tomb"),
+            fingerprint: fingerprint(&fact.text),
+            fact_id: fact.id.clone(),
+            reason: TombstoneReason::Retracted,
+            created_at: at,
+            lifted_at: None,
+        }),
+    ]
+}
+
+/// The link of a fact that adds detail to another (both stay current).
+pub(crate) fn extension(new: &Fact, old: &Fact) -> Change {
+    Change::InsertEdge(Edge {
+        from_fact_id: new.id.clone(),
+        to_fact_id: old.id.clone(),
+        kind: EdgeKind::Extends,
+        created_at: new.created_at,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_core::{FactStatus, MemoryStore};
+    use cairn_store_tests::{audit, fact, scope};
+
+    #[test]
+    fn grounding_drops_what_only_the_assistant_said() {
+        let words = Vocabulary::new(
+            ["I moved to Lisbon in 2024"],
+            ["Welcome to Lisbon, see you at Nimbus"],
+        );
+        assert!(grounding("The user moved to Lisbon in 2024", &words).is_ok());
+        let invented = grounding("The user works at Nimbus", &words).expect_err("assistant's word");
+        assert!(
+            invented.contains("Nimbus") && invented.contains("only the assistant said"),
+            "{invented}"
+        );
+        let nobody = grounding("The user moved to Porto", &words).expect_err("nobody said it");
+        assert!(nobody.contains("the user never said"), "{nobody}");
+    }
+
+    #[test]
+    fn the_judge_names_only_facts_it_was_shown() {
+        let old = fact("The user lives in Porto", Utc::now());
+        let shown = vec![ShownFact {
+            alias: "m1".into(),
+            fact: old.clone(),
+            similarity: None,
+        }];
+        let (outcome, _) = resolve(Verdict::Updates("m1".into()), "moved".into(), &shown);
+        assert!(matches!(outcome, Outcome::Updates(target) if target.id == old.id));
+        let (outcome, reason) = resolve(Verdict::Updates("m7".into()), "moved".into(), &shown);
+        assert!(matches!(outcome, Outcome::New));
+        assert!(reason.contains("m7"), "{reason}");
+        assert_eq!(resolve(Verdict::New, "new".into(), &shown).0.name(), "NEW");
+    }
+
+    #[test]
+    fn a_candidate_matches_a_tombstone_by_value_not_once_lifted() {
+        let retracted = fact("The user is allergic to peanuts", Utc::now());
+        let tombstone = Tombstone {
+            id: new_id("tomb"),
+            fingerprint: fingerprint(&retracted.text),
+            fact_id: retracted.id.clone(),
+            reason: TombstoneReason::Retracted,
+            created_at: Utc::now(),
+            lifted_at: None,
+        };
+        let values = vec![Retracted {
+            tombstone: tombstone.clone(),
+            fact: Some(retracted.clone()),
+        }];
+        let none = HashSet::new();
+        let text = "the user is ALLERGIC to peanuts!";
+        assert!(matching_tombstone(&values, &none, text, None, 0.9).is_some());
+        assert!(matching_tombstone(&values, &none, "The user likes tea", None, 0.9).is_none());
+        let lifted: HashSet<String> = [tombstone.id.clone()].into();
+        assert!(matching_tombstone(&values, &lifted, text, None, 0.9).is_none());
+        let old = Episode {
+            id: "e1".into(),
+            session_id: None,
+            text: "I am allergic to peanuts".into(),
+            occurred_at: tombstone.created_at,
+            ingested_at: tombstone.created_at - chrono::Duration::seconds(1),
+            embedding: None,
+        };
+        assert!(
+            !restates(&tombstone, &old, &retracted.text),
+            "said before the tombstone"
+        );
+        let newer = Episode {
+            ingested_at: tombstone.created_at + chrono::Duration::seconds(1),
+            ..old
+        };
+        assert!(restates(&tombstone, &newer, &retracted.text));
+    }
+
+    /// The apply gate's changes commit on the embedded store with the statuses they promise.
+    #[tokio::test]
+    async fn supersession_and_retraction_commit_as_promised() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let store = cairn_store_sqlite::SqliteStore::open(directory.path()).expect("store");
+        let alice = scope("acme", "alice");
+        let at = Utc::now();
+        for contradiction in [Contradiction::Natural, Contradiction::Harsh] {
+            let old = fact(&format!("The user drives a blue car {contradiction:?}"), at);
+            let new = fact(&format!("The user drives a red car {contradiction:?}"), at);
+            store
+                .commit(
+                    &alice,
+                    cairn_core::ChangeSet::new(audit(&alice, "fact.create"))
+                        .with(Change::InsertFact(old.clone())),
+                )
+                .await
+                .expect("insert");
+            let mut set = cairn_core::ChangeSet::new(audit(&alice, "fact.supersede"));
+            set.changes = supersede(&old, &new, at, contradiction);
+            set.changes.push(Change::InsertFact(new.clone()));
+            store.commit(&alice, set).await.expect("supersede");
+            let stored = store.get_fact(&alice, &old.id).await.expect("get").expect("kept");
+            let expected = match contradiction {
+                Contradiction::Natural => FactStatus::Superseded,
+                Contradiction::Harsh => FactStatus::Retracted,
+            };
+            assert_eq!(stored.status, expected);
+            let tombstoned = store
+                .find_tombstone(&alice, &fingerprint(&old.text))
+                .await
+                .expect("find")
+                .is_some();
+            assert_eq!(tombstoned, contradiction == Contradiction::Harsh);
+            // Retiring it again is refused inside the commit.
+            let mut again = cairn_core::ChangeSet::new(audit(&alice, "fact.supersede"));
+            again.changes = supersede(&old, &new, at, Contradiction::Natural);
+            assert!(store.commit(&alice, again).await.is_err());
+        }
+    }
+}
