@@ -3,8 +3,9 @@
 //!
 //! An export holds episodes (oldest first, with how many of them were consolidated),
 //! facts of every status with their supersession history, playbooks with every
-//! version, tombstones and the decision log. Vectors are left out: they belong to an
-//! embedding model, and an import embeds again with the one configured.
+//! version, tombstones, the decision log and the pending reviews (each pending fact's
+//! held change). Vectors are left out: they belong to an embedding model, and an import
+//! embeds again with the one configured.
 //!
 //! A Cairn import fills an empty scope and gives every record a new id (ids are
 //! global in a search cluster, and the original records may still exist elsewhere),
@@ -15,7 +16,8 @@ use crate::facts::FactInput;
 use crate::{Cairn, RequestContext, audit_event, now, validate};
 use cairn_core::{
     Change, ChangeSet, Decision, DecisionKind, Edge, EdgeKind, Episode, Error, Fact, FactStatus, FactType,
-    Page, PageRequest, Playbook, Result, Scope, StatusFilter, Tombstone, TombstoneReason, new_id,
+    Page, PageRequest, Playbook, Result, Review, ReviewKind, ReviewStatus, Scope, StatusFilter, Tombstone,
+    TombstoneReason, new_id,
 };
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -47,6 +49,30 @@ pub struct ScopeExport {
     pub playbooks: Vec<ExportedPlaybook>,
     pub tombstones: Vec<ExportedTombstone>,
     pub decisions: Vec<ExportedDecision>,
+    /// The review queue: one pending review for each pending fact (absent from exports
+    /// made before review existed).
+    #[serde(default)]
+    pub reviews: Vec<ExportedReview>,
+}
+
+/// A pending review: the held change of a pending fact.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExportedReview {
+    pub id: String,
+    pub kind: ReviewKind,
+    /// The pending fact.
+    pub fact_id: String,
+    /// The fact it supersedes or retracts, or the tombstone it lifts.
+    pub target_id: Option<String>,
+    pub rule: String,
+    pub reason: String,
+    /// The `HELD_FOR_REVIEW` decision.
+    pub decision_id: String,
+    pub evidence_episode_ids: Vec<String>,
+    pub origin: String,
+    pub proposed_by: String,
+    pub created_at: DateTime<Utc>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -136,6 +162,7 @@ pub struct ImportReport {
     pub playbook_versions: usize,
     pub tombstones: usize,
     pub decisions: usize,
+    pub reviews: usize,
 }
 
 /// A mem0 `get_all` document: `{"results": [...]}` (with or without a total), a
@@ -239,6 +266,23 @@ impl Cairn {
                 })
                 .collect();
         decisions.reverse();
+        let reviews = every_page(|page| async move { self.store.list_reviews(scope, &page).await })
+            .await?
+            .into_iter()
+            .map(|review| ExportedReview {
+                id: review.id,
+                kind: review.kind,
+                fact_id: review.fact_id,
+                target_id: review.target_id,
+                rule: review.rule,
+                reason: review.reason,
+                decision_id: review.decision_id,
+                evidence_episode_ids: review.evidence_episode_ids,
+                origin: review.origin,
+                proposed_by: review.proposed_by,
+                created_at: review.created_at,
+            })
+            .collect();
         Ok(ScopeExport {
             format: FORMAT.to_owned(),
             version: VERSION,
@@ -251,6 +295,7 @@ impl Cairn {
             playbooks,
             tombstones,
             decisions,
+            reviews,
         })
     }
 
@@ -280,6 +325,9 @@ impl Cairn {
         }
         for tombstone in &document.tombstones {
             ids.insert(tombstone.id.clone(), new_id("tomb"));
+        }
+        for decision in &document.decisions {
+            ids.insert(decision.id.clone(), new_id("dec"));
         }
         // References to records the export does not hold (a forgotten fact named by a
         // tombstone or a decision) keep their old id: they point at nothing either way.
@@ -380,11 +428,32 @@ impl Cairn {
                 lifted_at: tombstone.lifted_at,
             }));
         }
+        for review in &document.reviews {
+            let fact = document.facts.iter().find(|fact| fact.id == review.fact_id);
+            changes.push(Change::InsertReview(Review {
+                id: new_id("rev"),
+                kind: review.kind,
+                fact_id: map(&review.fact_id),
+                target_id: review.target_id.as_deref().map(map),
+                rule: review.rule.clone(),
+                reason: review.reason.clone(),
+                decision_id: map(&review.decision_id),
+                evidence_episode_ids: review.evidence_episode_ids.iter().map(|id| map(id)).collect(),
+                fingerprint: cairn_core::text::fingerprint(fact.map_or("", |fact| fact.text.as_str())),
+                origin: review.origin.clone(),
+                proposed_by: review.proposed_by.clone(),
+                created_at: review.created_at,
+                status: ReviewStatus::Pending,
+                resolved_at: None,
+                resolved_by: None,
+                note: None,
+            }));
+        }
         let decisions: Vec<Decision> = document
             .decisions
             .iter()
             .map(|decision| Decision {
-                id: new_id("dec"),
+                id: map(&decision.id),
                 kind: decision.kind,
                 reason: decision.reason.clone(),
                 fact_id: decision.fact_id.as_deref().map(map),
@@ -401,6 +470,7 @@ impl Cairn {
             playbook_versions,
             tombstones: document.tombstones.len(),
             decisions: decisions.len(),
+            reviews: document.reviews.len(),
         };
         let detail = serde_json::json!({
             "format": FORMAT,
@@ -561,6 +631,41 @@ impl Cairn {
         }
         for (index, tombstone) in document.tombstones.iter().enumerate() {
             unique(format!("tombstones[{index}].id"), &tombstone.id)?;
+        }
+        for (index, decision) in document.decisions.iter().enumerate() {
+            unique(format!("decisions[{index}].id"), &decision.id)?;
+        }
+        // Each pending fact waits on exactly one review, and each review on a pending fact.
+        let mut reviewed = HashSet::new();
+        for (index, review) in document.reviews.iter().enumerate() {
+            unique(format!("reviews[{index}].id"), &review.id)?;
+            let pending = document
+                .facts
+                .iter()
+                .any(|fact| fact.id == review.fact_id && fact.status == FactStatus::Pending);
+            if !pending || !reviewed.insert(review.fact_id.as_str()) {
+                return Err(Error::invalid(
+                    format!("reviews[{index}].fact_id"),
+                    "must name a pending fact of the document, once",
+                ));
+            }
+            let needs_target = review.kind != ReviewKind::NewFact;
+            if needs_target != review.target_id.is_some() {
+                return Err(Error::invalid(
+                    format!("reviews[{index}].target_id"),
+                    "names what a supersession, retraction or lift changes, and only then",
+                ));
+            }
+        }
+        if let Some(index) = document
+            .facts
+            .iter()
+            .position(|fact| fact.status == FactStatus::Pending && !reviewed.contains(fact.id.as_str()))
+        {
+            return Err(Error::invalid(
+                format!("facts[{index}].status"),
+                "a pending fact needs its review in the document's reviews",
+            ));
         }
         let facts: HashSet<&str> = document.facts.iter().map(|fact| fact.id.as_str()).collect();
         let episodes: HashSet<&str> = document

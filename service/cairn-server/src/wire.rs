@@ -1291,7 +1291,7 @@ pub struct ErrorDetail {
 #[derive(JsonSchema)]
 #[serde(untagged)]
 pub enum ImportBody {
-    Cairn(cairn_app::ScopeExport),
+    Cairn(Box<cairn_app::ScopeExport>),
     Mem0(cairn_app::Mem0Document),
 }
 

@@ -238,7 +238,8 @@ async fn an_export_erased_and_imported_answers_as_before() {
     assert_eq!(
         report["imported"],
         json!({ "episodes": 3, "facts": export["facts"].as_array().map(Vec::len), "playbooks": 1,
-                "playbook_versions": 2, "tombstones": 2, "decisions": export["decisions"].as_array().map(Vec::len) })
+                "playbook_versions": 2, "tombstones": 2, "decisions": export["decisions"].as_array().map(Vec::len),
+                "reviews": 0 })
     );
     assert_eq!(recalled(service, &owner, "u1").await, before);
     assert_eq!(all_facts(service, &owner, "u1").await, facts_before);

@@ -549,3 +549,70 @@ async fn a_tenant_holding_everything_activates_nothing_unreviewed() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["fact"]["status"], "active");
 }
+
+#[actix_web::test]
+async fn the_review_queue_moves_with_an_export() {
+    let harness = harness_with(|config| config.review = "supersession".into()).await;
+    let service = &harness.service;
+    let review = held_move(service, "u1").await;
+    let admin = token("acme", ALL);
+    let (status, mut document, _) =
+        call(service, Method::GET, "/v1/users/u1/export", Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK, "{document}");
+    assert_eq!(
+        document["reviews"].as_array().map(Vec::len),
+        Some(1),
+        "{document}"
+    );
+    assert_eq!(document["reviews"][0]["kind"], "supersession");
+
+    let (status, report, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u2/import",
+        Some(&admin),
+        Some(document.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{report}");
+    assert_eq!(report["imported"]["reviews"], 1);
+    let moved = queue(service, "u2").await;
+    assert_eq!(moved.len(), 1);
+    assert_ne!(moved[0]["id"], review["id"], "new ids");
+    assert_eq!(moved[0]["fact"]["text"], review["fact"]["text"]);
+    assert_eq!(moved[0]["target"]["text"], review["target"]["text"]);
+    let (status, approved) = decide(
+        service,
+        &token("acme", REVIEWER),
+        "u2",
+        moved[0]["id"].as_str().expect("id"),
+        "approve",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{approved}");
+    let after = facts_recalled(service, "u2", "where does the user live", false).await;
+    assert!(
+        texts(&after).iter().any(|text| text.contains("Lisbon")),
+        "{after:?}"
+    );
+
+    // A pending fact without its review would wait forever: the document is refused whole.
+    document["reviews"] = json!([]);
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u3/import",
+        Some(&admin),
+        Some(document),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("pending")),
+        "{body}"
+    );
+    assert_eq!(count_facts(service, "acme", "u3").await, 0);
+}
