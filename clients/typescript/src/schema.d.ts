@@ -1329,6 +1329,12 @@ export interface components {
             playbooks: components["schemas"]["ExportedPlaybook"][];
             tombstones: components["schemas"]["ExportedTombstone"][];
             decisions: components["schemas"]["ExportedDecision"][];
+            /**
+             * @description The review queue: one pending review for each pending fact (absent from exports
+             *     made before review existed).
+             * @default []
+             */
+            reviews?: components["schemas"]["ExportedReview"][];
         };
         ExportedEpisode: {
             id: string;
@@ -1411,6 +1417,24 @@ export interface components {
             /** Format: date-time */
             created_at: string;
         };
+        /** @description A pending review: the held change of a pending fact. */
+        ExportedReview: {
+            id: string;
+            kind: components["schemas"]["ReviewKind"];
+            /** @description The pending fact. */
+            fact_id: string;
+            /** @description The fact it supersedes or retracts, or the tombstone it lifts. */
+            target_id?: string | null;
+            rule: string;
+            reason: string;
+            /** @description The `HELD_FOR_REVIEW` decision. */
+            decision_id: string;
+            evidence_episode_ids: string[];
+            origin: string;
+            proposed_by: string;
+            /** Format: date-time */
+            created_at: string;
+        };
         /** @description The body of an import: a Cairn export, or with `?format=mem0` a mem0 `get_all`
          *     document. Described here for the document; the handler reads the one `format` names. */
         ImportBody: components["schemas"]["ScopeExport"] | components["schemas"]["Mem0Document"];
@@ -1454,6 +1478,8 @@ export interface components {
             tombstones: number;
             /** Format: uint */
             decisions: number;
+            /** Format: uint */
+            reviews: number;
         };
         /** @description What a mem0 import did with each memory. */
         Mem0ImportReport: {
