@@ -5,12 +5,12 @@
 //! gate is a named function here, so every path decides the same way and builds the
 //! same changes.
 
-use crate::consolidation::language;
 use crate::facts::Contradiction;
 use cairn_core::text::{fingerprint, tokens};
 use cairn_core::{
     Change, Edge, EdgeKind, Episode, Fact, ShownFact, Tombstone, TombstoneReason, Verdict, cosine, new_id,
 };
+use cairn_offline::language;
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
 

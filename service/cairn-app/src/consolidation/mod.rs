@@ -5,9 +5,6 @@
 //! watermark move commit together, so a crash re-runs the batch and never doubles it.
 
 mod budget;
-mod discourse;
-pub(crate) mod language;
-pub mod offline;
 
 use crate::gates;
 use crate::review::Hold;
@@ -24,7 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use budget::TokenBudget;
-pub use offline::{OfflineExtractor, OfflineJudge};
+use cairn_offline::language;
+pub use cairn_offline::{OfflineExtractor, OfflineJudge};
 
 /// Tunables of consolidation.
 #[derive(Clone, Debug)]

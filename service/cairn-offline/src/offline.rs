@@ -5,7 +5,7 @@
 //! Neither needs a model download or a network; both are the default when no LLM
 //! provider is configured, so the default install consolidates end to end.
 
-use super::{discourse, language};
+use crate::{discourse, language};
 use cairn_core::{
     CandidateFact, CandidatePlaybook, Extraction, ExtractionInput, Extractor, FactType, Judge, Judgement,
     Result, ShownFact, Usage, Verdict,

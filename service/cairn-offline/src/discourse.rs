@@ -119,12 +119,12 @@ pub fn restore_subject(clause: &str) -> String {
     let words: Vec<&str> = clause.split_whitespace().collect();
     let Some(position) = words
         .iter()
-        .position(|word| !crate::consolidation::language::is_adverb(&bare(word)))
+        .position(|word| !crate::language::is_adverb(&bare(word)))
     else {
         return clause.to_owned();
     };
     let first = bare(words[position]);
-    let verb_first = (crate::consolidation::language::is_past_tense(&first)
+    let verb_first = (crate::language::is_past_tense(&first)
         && !matches!(first.as_str(), "was" | "were" | "did" | "had"))
         || first == "got";
     let rest = words[position..].join(" ");

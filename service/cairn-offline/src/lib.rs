@@ -1,0 +1,18 @@
+//! The offline adapter of Cairn's consolidation ports: an extractor and a judge made of
+//! English rules (about 2,500 lines with their word lists), the default when no LLM
+//! provider is configured, so the default install consolidates end to end with no model
+//! download and no network.
+//!
+//! - `offline` — [`OfflineExtractor`] and [`OfflineJudge`], implementing
+//!   `cairn_core::Extractor` and `cairn_core::Judge`;
+//! - `discourse` — sentences and clauses, pronouns and fragments resolved against the
+//!   previous statement;
+//! - [`language`] — stems, slots, subjects, distinctive words and word overlap, which
+//!   the write gates of `cairn-app` use as well (grounding, tombstone matching,
+//!   restatements, near-duplicates).
+
+mod discourse;
+pub mod language;
+mod offline;
+
+pub use offline::{OfflineExtractor, OfflineJudge};
