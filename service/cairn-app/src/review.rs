@@ -391,6 +391,11 @@ impl Cairn {
         if !review.evidence_episode_ids.is_empty() {
             changes.push(Change::RequireEpisodes(review.evidence_episode_ids.clone()));
         }
+        // A value that became active meanwhile (written again with a supersession) is not
+        // made active twice.
+        changes.push(Change::RequireNoActiveValue {
+            fingerprint: review.fingerprint.clone(),
+        });
         changes.push(Change::ActivateFact {
             fact_id: fact.id.clone(),
             at,
@@ -422,6 +427,14 @@ impl Cairn {
                 code: ErrorCode::NotActive,
                 message,
             }) => return Err(stale(message)),
+            Err(Error::Conflict {
+                code: ErrorCode::Duplicate,
+                ..
+            }) => {
+                return Err(stale(
+                    "an active fact holds the same value since the review was held".to_owned(),
+                ));
+            }
             Err(Error::Tombstoned { tombstone_id }) => {
                 return Err(stale(format!(
                     "the value matches tombstone {tombstone_id}, retracted or forgotten since the review was held"

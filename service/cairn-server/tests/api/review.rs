@@ -537,6 +537,34 @@ async fn a_tenant_holding_everything_activates_nothing_unreviewed() {
     let asked_queue = queue(service, "u2").await;
     assert_eq!(asked_queue.len(), 1);
     assert_eq!(asked_queue[0]["rule"], "request");
+    // The same value made active meanwhile (through a supersession, which skips the
+    // duplicate gate): approving the held one would hold it twice, so it is stale.
+    let (_, other) = write(
+        service,
+        &token("acme", ALL),
+        "u2",
+        json!({ "text": "The user has no allergies" }),
+    )
+    .await;
+    let (status, body) = write(
+        service,
+        &token("acme", ALL),
+        "u2",
+        json!({ "text": "The user is allergic to penicillin", "supersedes": other["fact"]["id"] }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = decide(
+        service,
+        &token("acme", REVIEWER),
+        "u2",
+        asked_queue[0]["id"].as_str().expect("id"),
+        "approve",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(error_code(&body), "review_stale");
 
     // Another tenant without the override writes as before.
     let (status, body) = write(
