@@ -248,12 +248,8 @@ impl Cairn {
     /// The scope's pending reviews, oldest first, with their facts.
     pub async fn reviews(&self, scope: &Scope, page: &PageRequest) -> Result<Page<ReviewItem>> {
         let page = self.store.list_reviews(scope, page).await?;
-        let mut items = Vec::with_capacity(page.items.len());
-        for review in page.items {
-            items.push(self.review_item(scope, review).await?);
-        }
         Ok(Page {
-            items,
+            items: self.review_items(scope, page.items).await?,
             next_cursor: page.next_cursor,
         })
     }
@@ -265,23 +261,37 @@ impl Cairn {
             .get_review(scope, review_id)
             .await?
             .ok_or(Error::NotFound { what: "review" })?;
-        self.review_item(scope, review).await
+        let mut items = self.review_items(scope, vec![review]).await?;
+        items.pop().ok_or(Error::NotFound { what: "review" })
     }
 
-    async fn review_item(&self, scope: &Scope, review: Review) -> Result<ReviewItem> {
-        let fact = self.store.get_fact(scope, &review.fact_id).await?;
-        let target = match (review.kind, &review.target_id) {
-            (ReviewKind::Supersession | ReviewKind::Retraction, Some(id)) => {
-                self.store.get_fact(scope, id).await?
-            }
+    /// Reviews of one scope with their facts, read together.
+    async fn review_items(&self, scope: &Scope, reviews: Vec<Review>) -> Result<Vec<ReviewItem>> {
+        let target = |review: &Review| match (review.kind, &review.target_id) {
+            (ReviewKind::Supersession | ReviewKind::Retraction, Some(id)) => Some(id.clone()),
             _ => None,
         };
-        Ok(ReviewItem {
-            user: scope.user().as_str().to_owned(),
-            review,
-            fact,
-            target,
-        })
+        let mut ids: Vec<String> = Vec::with_capacity(reviews.len() * 2);
+        for review in &reviews {
+            ids.push(review.fact_id.clone());
+            ids.extend(target(review));
+        }
+        let facts: HashMap<String, Fact> = self
+            .store
+            .get_facts(scope, &ids)
+            .await?
+            .into_iter()
+            .map(|fact| (fact.id.clone(), fact))
+            .collect();
+        Ok(reviews
+            .into_iter()
+            .map(|review| ReviewItem {
+                user: scope.user().as_str().to_owned(),
+                fact: facts.get(&review.fact_id).cloned(),
+                target: target(&review).and_then(|id| facts.get(&id).cloned()),
+                review,
+            })
+            .collect())
     }
 
     /// The tenant's pending reviews, oldest first, and their counts by kind. Each item's
@@ -295,11 +305,24 @@ impl Cairn {
     ) -> Result<TenantQueue> {
         let summary = self.store.review_summary(tenant).await?;
         let listed = self.store.list_tenant_reviews(tenant, page).await?;
-        let mut items = Vec::with_capacity(listed.items.len());
+        // One read of facts per user on the page, the queue's order kept.
+        let mut by_user: Vec<(String, Vec<Review>)> = Vec::new();
+        let mut order = Vec::with_capacity(listed.items.len());
         for UserReview { user, review } in listed.items {
-            let scope = scope_of(&user)?;
-            items.push(self.review_item(&scope, review).await?);
+            order.push(review.id.clone());
+            match by_user.iter_mut().find(|(name, _)| *name == user) {
+                Some((_, reviews)) => reviews.push(review),
+                None => by_user.push((user, vec![review])),
+            }
         }
+        let mut found: HashMap<String, ReviewItem> = HashMap::new();
+        for (user, reviews) in by_user {
+            let scope = scope_of(&user)?;
+            for item in self.review_items(&scope, reviews).await? {
+                found.insert(item.review.id.clone(), item);
+            }
+        }
+        let items: Vec<ReviewItem> = order.iter().filter_map(|id| found.remove(id)).collect();
         Ok(TenantQueue {
             page: Page {
                 items,

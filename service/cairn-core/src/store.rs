@@ -371,6 +371,17 @@ pub trait MemoryStore: Send + Sync + 'static {
 
     async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>>;
 
+    /// The facts of the scope with these ids, in the order asked; ids not found in the
+    /// scope are left out. By default one [`MemoryStore::get_fact`] each; a backend
+    /// whose reads are round trips fetches them together.
+    async fn get_facts(&self, scope: &Scope, fact_ids: &[String]) -> Result<Vec<Fact>> {
+        let mut facts = Vec::with_capacity(fact_ids.len());
+        for fact_id in fact_ids {
+            facts.extend(self.get_fact(scope, fact_id).await?);
+        }
+        Ok(facts)
+    }
+
     /// The facts this one superseded (their `superseded_by` names it), oldest first.
     async fn list_superseded_by(&self, scope: &Scope, fact_id: &str) -> Result<Vec<Fact>>;
 

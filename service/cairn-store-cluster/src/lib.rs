@@ -944,6 +944,20 @@ impl MemoryStore for ClusterStore {
         Ok(Some(fact))
     }
 
+    async fn get_facts(&self, scope: &Scope, fact_ids: &[String]) -> Result<Vec<Fact>> {
+        self.ready()?;
+        let ids: Vec<&str> = fact_ids.iter().map(String::as_str).collect();
+        let mut facts = self
+            .scoped_multi_get(scope, "facts", &ids, None, true)
+            .await?
+            .into_iter()
+            .flatten()
+            .map(|hit| records::read_fact(&hit.source))
+            .collect::<Result<Vec<_>>>()?;
+        self.apply_counts(scope, &mut facts, true).await?;
+        Ok(facts)
+    }
+
     async fn list_facts(
         &self,
         scope: &Scope,

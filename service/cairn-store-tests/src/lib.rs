@@ -3061,6 +3061,32 @@ pub async fn reviews_hold_a_change_until_one_reviewer_decides(store: Arc<dyn Mem
         vec![porto.id.clone()]
     );
 
+    // Facts read together: in the order asked, another scope's left out.
+    let together = store
+        .get_facts(
+            &alice,
+            &[lisbon.id.clone(), "fact_nowhere".into(), porto.id.clone()],
+        )
+        .await
+        .expect("get facts");
+    assert_eq!(
+        together
+            .iter()
+            .map(|f| (f.id.clone(), f.status))
+            .collect::<Vec<_>>(),
+        vec![
+            (lisbon.id.clone(), FactStatus::Pending),
+            (porto.id.clone(), FactStatus::Active)
+        ]
+    );
+    assert!(
+        store
+            .get_facts(&bob, std::slice::from_ref(&porto.id))
+            .await
+            .expect("get facts")
+            .is_empty()
+    );
+
     // The queues: the user's, the tenant's (oldest first, paged), counted by kind.
     assert_eq!(
         store.get_review(&alice, &held.id).await.expect("get"),
