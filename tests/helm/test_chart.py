@@ -136,6 +136,29 @@ def test_a_service_monitor_scrapes_metrics_when_asked():
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
 
 
+def test_a_config_file_carries_per_tenant_review_policies(tmp_path):
+    config = 'review = "supersession"\n[tenants.clinic]\nreview = "all"\n'
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"config": config}))
+    args = [helm(), "template", "t", str(CHART), "--namespace", "memory", "--set", f"jwt.secret={SECRET}",
+            "--values", str(values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    manifests = {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(result.stdout) if doc}
+    assert manifests[("ConfigMap", "t-cairn-config")]["data"]["cairn.toml"] == config
+    pod = workload(manifests, "StatefulSet")["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert env_of(container)["CAIRN_CONFIG"] == "/etc/cairn/cairn.toml"
+    assert {"name": "config", "mountPath": "/etc/cairn", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "config", "configMap": {"name": "t-cairn-config"}} in pod["spec"]["volumes"]
+    assert pod["metadata"]["annotations"]["checksum/config"]
+    assert_restricted(pod)
+    # Without a config file, nothing of it is rendered.
+    plain = render(f"jwt.secret={SECRET}")
+    assert ("ConfigMap", "t-cairn-config") not in plain
+    assert "CAIRN_CONFIG" not in env_of(workload(plain, "StatefulSet")["spec"]["template"]["spec"]["containers"][0])
+
+
 def test_a_jwks_url_needs_no_secret():
     manifests = render("jwt.jwksUrl=https://id.example.org/.well-known/jwks.json")
     env = env_of(workload(manifests, "StatefulSet")["spec"]["template"]["spec"]["containers"][0])

@@ -36,9 +36,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 metadata:
   labels:
     {{- include "cairn.selector" . | nindent 4 }}
-  {{- with .Values.podAnnotations }}
+  {{- if or .Values.podAnnotations .Values.config }}
   annotations:
+    {{- with .Values.podAnnotations }}
     {{- toYaml . | nindent 4 }}
+    {{- end }}
+    {{- if .Values.config }}
+    # A changed config file rolls the pods.
+    checksum/config: {{ .Values.config | sha256sum }}
+    {{- end }}
   {{- end }}
 spec:
   {{- with .Values.imagePullSecrets }}
@@ -106,6 +112,10 @@ spec:
         {{- end }}
         {{- end }}
         {{- end }}
+        {{- if .Values.config }}
+        - name: CAIRN_CONFIG
+          value: /etc/cairn/cairn.toml
+        {{- end }}
         {{- with .Values.env }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -152,6 +162,11 @@ spec:
           mountPath: /var/run/secrets/cairn/cluster
           readOnly: true
         {{- end }}
+        {{- if .Values.config }}
+        - name: config
+          mountPath: /etc/cairn
+          readOnly: true
+        {{- end }}
   volumes:
     - name: tmp
       emptyDir: {}
@@ -171,6 +186,11 @@ spec:
       secret:
         secretName: {{ .Values.cluster.existingSecret }}
         defaultMode: 0400
+    {{- end }}
+    {{- if .Values.config }}
+    - name: config
+      configMap:
+        name: {{ include "cairn.fullname" . }}-config
     {{- end }}
   {{- with .Values.nodeSelector }}
   nodeSelector:
