@@ -581,7 +581,7 @@ pub fn mint(
     for scope in &request.scopes {
         if Permission::parse(scope).is_none() {
             anyhow::bail!(
-                "--scope: unknown scope {scope:?}; expected memory:read, memory:write or memory:admin"
+                "--scope: unknown scope {scope:?}; expected memory:read, memory:write, memory:review or memory:admin"
             );
         }
     }

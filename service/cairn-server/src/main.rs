@@ -102,7 +102,7 @@ enum TokenCommand {
     Mint {
         #[arg(long)]
         tenant: String,
-        /// Comma- or space-separated: memory:read,memory:write,memory:admin
+        /// Comma- or space-separated: memory:read,memory:write,memory:review,memory:admin
         #[arg(long)]
         scope: String,
         /// Bind the token to one user.
