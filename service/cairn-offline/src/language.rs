@@ -659,6 +659,62 @@ pub fn slot(text: &str) -> Option<Slot> {
     })
 }
 
+/// The people named after a relation of the user in `texts` ("the user's sister Anna"
+/// names Anna as the sister): lower-cased name to relation.
+pub fn relation_names<'a>(
+    texts: impl IntoIterator<Item = &'a str>,
+) -> std::collections::HashMap<String, String> {
+    let mut names = std::collections::HashMap::new();
+    for text in texts {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for window in words.windows(4) {
+            let [the, users, relation, name] = window else {
+                continue;
+            };
+            let name: String = name.chars().take_while(|c| c.is_alphabetic()).collect();
+            let relation = relation.to_lowercase();
+            if the.eq_ignore_ascii_case("the")
+                && users.eq_ignore_ascii_case("user's")
+                && RELATIONS.contains(&relation.as_str())
+                && name.chars().next().is_some_and(char::is_uppercase)
+            {
+                names.insert(name.to_lowercase(), relation);
+            }
+        }
+    }
+    names
+}
+
+/// [`slot`], also qualified when the text is about a person `known` names by a relation
+/// ("Anna became a doctor", Anna being the user's sister, holds "sister: profession"),
+/// so a change about someone the user knows is never taken for the user's own.
+pub fn slot_among(text: &str, known: &std::collections::HashMap<String, String>) -> Option<Slot> {
+    let slot = slot(text)?;
+    if slot.name.contains(": ") {
+        return Some(slot);
+    }
+    let first: String = text
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take_while(|c| c.is_alphabetic())
+        .collect();
+    let about = first
+        .chars()
+        .next()
+        .is_some_and(char::is_uppercase)
+        .then(|| known.get(&first.to_lowercase()))
+        .flatten();
+    Some(match about {
+        Some(relation) => Slot {
+            name: format!("{}: {}", stem(relation), slot.name),
+            exclusive: slot.exclusive,
+        },
+        None => slot,
+    })
+}
+
 fn attribute_slot(lower: &str) -> Option<Slot> {
     let lower = lower.to_owned();
     for marker in ["favourite ", "favorite "] {
@@ -1064,6 +1120,26 @@ pub fn shares_subject(left: &str, right: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_named_relation_has_slots_of_its_own() {
+        let known = relation_names([
+            "The user's sister Anna is a nurse.",
+            "The user works as a teacher.",
+        ]);
+        assert_eq!(known.get("anna").map(String::as_str), Some("sister"));
+        let hers = slot_among("Anna became a doctor.", &known).map(|slot| slot.name().to_owned());
+        let sisters =
+            slot_among("The user's sister Anna is a nurse.", &known).map(|slot| slot.name().to_owned());
+        let users = slot_among("The user works as a teacher.", &known).map(|slot| slot.name().to_owned());
+        assert!(hers.is_some() && hers == sisters, "{hers:?} {sisters:?}");
+        assert_ne!(hers, users);
+        // A capitalised word that names nobody known leaves the slot as it was.
+        assert_eq!(
+            slot_among("Python is the user's favourite language.", &known).map(|slot| slot.name().to_owned()),
+            slot("Python is the user's favourite language.").map(|slot| slot.name().to_owned())
+        );
+    }
 
     #[test]
     fn another_named_value_is_told_apart_from_a_repeated_one() {

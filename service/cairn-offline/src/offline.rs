@@ -657,7 +657,14 @@ impl Judge for OfflineJudge {
             reason,
             usage: Usage::default(),
         };
-        let candidate_slot = language::slot(&candidate.text);
+        // Slots are per person: someone the user named by a relation has their own.
+        let known = language::relation_names(
+            shown
+                .iter()
+                .map(|shown_fact| shown_fact.fact.text.as_str())
+                .chain([candidate.text.as_str()]),
+        );
+        let candidate_slot = language::slot_among(&candidate.text, &known);
         let changing = language::announces_change(&candidate.text);
         let candidate_tokens = language::content_tokens(&candidate.text);
         let mut ranked: Vec<&ShownFact> = shown.iter().collect();
@@ -761,7 +768,7 @@ impl Judge for OfflineJudge {
         }
         if let Some(slot) = &candidate_slot {
             for shown_fact in &ranked {
-                if language::slot(&shown_fact.fact.text).as_ref() != Some(slot) {
+                if language::slot_among(&shown_fact.fact.text, &known).as_ref() != Some(slot) {
                     continue;
                 }
                 let old_tokens = language::content_tokens(&shown_fact.fact.text);

@@ -1935,6 +1935,46 @@ async fn entities_gather_what_the_facts_say_about_someone() {
 
 /// A fake rerank service on loopback: scores 1.0 for documents containing `favoured`,
 /// 0.0 otherwise; or answers 500 when `broken`.
+/// Slots are per person: a change about the user's sister, named, replaces her value and
+/// leaves the user's own.
+#[actix_web::test]
+async fn a_change_about_a_named_relation_leaves_the_users_own_value() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    for text in [
+        "I work as a teacher.",
+        "My sister Anna is a nurse.",
+        "Anna became a doctor.",
+    ] {
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/u1/episodes",
+            Some(&token("acme", ALL)),
+            Some(json!({ "messages": [{ "role": "user", "content": text }], "consolidate": "sync" })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (_, active, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/facts?status=active",
+        Some(&token("acme", ALL)),
+        None,
+    )
+    .await;
+    let texts: Vec<&str> = active["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|fact| fact["text"].as_str())
+        .collect();
+    assert!(texts.iter().any(|text| text.contains("teacher")), "{texts:?}");
+    assert!(texts.iter().any(|text| text.contains("doctor")), "{texts:?}");
+    assert!(!texts.iter().any(|text| text.contains("nurse")), "{texts:?}");
+}
+
 async fn fake_reranker(favoured: &'static str, broken: bool) -> String {
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().route(
