@@ -506,10 +506,21 @@ fn main() -> anyhow::Result<()> {
     );
     let models = PathBuf::from(arguments.next().unwrap_or_else(|| ".models".into()));
     let verbose = arguments.any(|argument| argument == "--verbose");
-    harness::runtime()?.block_on(run(data, models, verbose))
+    harness::runtime()?.block_on(run(data, models, verbose))?;
+    Ok(())
 }
 
-async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<()> {
+/// One printed figure: a pipeline's Recall@3 and stale count in one mode.
+#[derive(Debug)]
+struct Figure {
+    pipeline: &'static str,
+    mode: &'static str,
+    recall: f64,
+    stale: usize,
+    scenarios: usize,
+}
+
+async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Vec<Figure>> {
     let suite: Suite = serde_json::from_str(
         &std::fs::read_to_string(&data).with_context(|| format!("cannot read {}", data.display()))?,
     )?;
@@ -528,6 +539,7 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<()
     println!("scenarios per kind: {by_kind:?}\n");
     println!("| pipeline | mode | Recall@3 | stale rate |");
     println!("|---|---|---|---|");
+    let mut figures = Vec::new();
     for pipeline in ["offline", "scripted-llm"] {
         let directory = tempfile::tempdir()?;
         let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(directory.path())?);
@@ -585,6 +597,13 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<()
                 score.stale,
                 score.scenarios
             );
+            figures.push(Figure {
+                pipeline,
+                mode: mode.name(),
+                recall: score.recall / score.scenarios as f64,
+                stale: score.stale,
+                scenarios: score.scenarios,
+            });
         }
         if let Some(score) = scores.get(&("entities", "all".to_owned())) {
             println!(
@@ -613,5 +632,40 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<()
             }
         }
     }
-    Ok(())
+    Ok(figures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The write gates in `cairn-app`, over SQLite and without HTTP, with the offline
+    /// pipeline and the scripted LLM: the ten held-out regression scenarios keep every
+    /// expected fact current and nothing stale.
+    #[test]
+    fn the_gates_hold_on_the_regression_holdout() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let figures = harness::runtime()
+            .expect("runtime")
+            .block_on(run(
+                root.join("evals/scenarios/holdout.json"),
+                root.join(".models"),
+                false,
+            ))
+            .expect("the scenarios run");
+        let memory: Vec<&Figure> = figures
+            .iter()
+            .filter(|figure| figure.mode == Mode::Memory.name())
+            .collect();
+        assert_eq!(memory.len(), 2, "{figures:?}");
+        for figure in memory {
+            assert_eq!(figure.scenarios, 10, "{figure:?}");
+            assert!(figure.recall >= 0.99, "{figure:?}");
+            assert_eq!(
+                figure.stale, 0,
+                "{} left a stale value current: {figure:?}",
+                figure.pipeline
+            );
+        }
+    }
 }
