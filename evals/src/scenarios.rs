@@ -589,21 +589,23 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
             let Some(score) = scores.get(&(mode.name(), "all".to_owned())) else {
                 continue;
             };
-            println!(
-                "| {pipeline} | {} | {:.3} | {:.1}% ({}/{}) |",
-                mode.name(),
-                score.recall / score.scenarios as f64,
-                100.0 * score.stale as f64 / score.scenarios as f64,
-                score.stale,
-                score.scenarios
-            );
-            figures.push(Figure {
+            let figure = Figure {
                 pipeline,
                 mode: mode.name(),
                 recall: score.recall / score.scenarios as f64,
                 stale: score.stale,
                 scenarios: score.scenarios,
-            });
+            };
+            println!(
+                "| {} | {} | {:.3} | {:.1}% ({}/{}) |",
+                figure.pipeline,
+                figure.mode,
+                figure.recall,
+                100.0 * figure.stale as f64 / figure.scenarios as f64,
+                figure.stale,
+                figure.scenarios
+            );
+            figures.push(figure);
         }
         if let Some(score) = scores.get(&("entities", "all".to_owned())) {
             println!(
