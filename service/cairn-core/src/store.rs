@@ -183,6 +183,16 @@ pub struct Page<T> {
     pub next_cursor: Option<String>,
 }
 
+impl<T> Page<T> {
+    /// The same page with each item turned into another.
+    pub fn map<U>(self, item: impl FnMut(T) -> U) -> Page<U> {
+        Page {
+            items: self.items.into_iter().map(item).collect(),
+            next_cursor: self.next_cursor,
+        }
+    }
+}
+
 /// Which facts a listing returns, judged at `as_of`.
 #[derive(Clone, Copy, Debug)]
 pub enum StatusFilter {

@@ -1320,15 +1320,12 @@ impl MemoryStore for ClusterStore {
 
     async fn list_reviews(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Review>> {
         self.ready()?;
-        let page = self
+        Ok(self
             .review_page(scope.tenant().as_str(), page, |limit, after| {
                 query::scope_review_queue(scope, limit, after)
             })
-            .await?;
-        Ok(Page {
-            items: page.items.into_iter().map(|item| item.review).collect(),
-            next_cursor: page.next_cursor,
-        })
+            .await?
+            .map(|item| item.review))
     }
 
     async fn list_tenant_reviews(

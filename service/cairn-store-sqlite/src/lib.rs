@@ -849,13 +849,10 @@ impl MemoryStore for SqliteStore {
 
     async fn list_reviews(&self, scope: &Scope, page: &PageRequest) -> Result<Page<Review>> {
         let user = scope.user().as_str().to_owned();
-        let page = self
+        Ok(self
             .review_page(scope.tenant().as_str(), Some(user), page)
-            .await?;
-        Ok(Page {
-            items: page.items.into_iter().map(|item| item.review).collect(),
-            next_cursor: page.next_cursor,
-        })
+            .await?
+            .map(|item| item.review))
     }
 
     async fn list_tenant_reviews(
