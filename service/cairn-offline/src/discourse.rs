@@ -25,7 +25,19 @@ const MARKERS: &[&str] = &[
     "oh and",
     "fun fact",
     "honestly",
+    "not gonna lie",
+    "just saying",
+    "heads up",
+    "side note",
     "fyi",
+    "fwiw",
+    "imho",
+    "imo",
+    "iirc",
+    "afaik",
+    "tbf",
+    "ngl",
+    "psa",
     "btw",
     "tbh",
     "lol",
@@ -61,10 +73,29 @@ pub fn strip_openers(clause: &str) -> String {
                 break;
             }
         }
+        if let Some(rest) = strip_framing(&text) {
+            text = rest;
+        }
+        // The same markers said last ("I'm colour blind btw", "..., just so you know").
+        let lower = text.to_lowercase();
+        let trimmed = lower.trim_end_matches(['.', '!', ' ']);
+        for marker in MARKERS.iter().filter(|marker| **marker != "so") {
+            if let Some(rest) = trimmed.strip_suffix(marker)
+                && rest.ends_with([' ', ','])
+                && rest.trim_end_matches([' ', ',']).split_whitespace().count() >= 2
+            {
+                // Lower-casing may change lengths outside ASCII: then nothing is cut.
+                if let Some(kept) = text.get(..rest.trim_end_matches([' ', ',']).len()) {
+                    text = kept.to_owned();
+                }
+                break;
+            }
+        }
         if text == before {
             break;
         }
     }
+    let text = drop_asides(&text);
     let mut words: Vec<&str> = Vec::new();
     for word in text.split_whitespace() {
         if words
@@ -76,6 +107,176 @@ pub fn strip_openers(clause: &str) -> String {
         words.push(word);
     }
     words.join(" ")
+}
+
+/// Fillers said in passing, between commas or in brackets.
+const FILLERS: &[&str] = &[
+    "uh",
+    "um",
+    "umm",
+    "er",
+    "erm",
+    "like",
+    "you know",
+    "i mean",
+    "basically",
+    "literally",
+    "actually",
+    "honestly",
+    "seriously",
+    "frankly",
+    "anyway",
+    "anyways",
+];
+
+/// Drops what is said in passing inside a statement: a marker or a filler between
+/// commas or in brackets ("I, uh, live in Ghent", "I am, honestly, a vegan", "I live in
+/// Ghent (btw)"), and the same said last after a comma ("..., fwiw").
+fn drop_asides(text: &str) -> String {
+    let aside = |part: &str| {
+        let part = part
+            .trim()
+            .trim_matches(|c: char| matches!(c, '(' | ')' | '.' | '!'))
+            .to_lowercase();
+        !part.is_empty() && (MARKERS.contains(&part.as_str()) || FILLERS.contains(&part.as_str()))
+    };
+    let mut text = text.to_owned();
+    // In brackets, anywhere.
+    while let Some(open) = text.find('(') {
+        let Some(close) = text[open..].find(')').map(|at| open + at) else {
+            break;
+        };
+        if !aside(&text[open + 1..close]) {
+            break;
+        }
+        text = format!("{}{}", text[..open].trim_end(), &text[close + 1..]);
+    }
+    // Between commas, or last after one; never the first part, which holds the subject.
+    let parts: Vec<&str> = text.split(',').collect();
+    if parts.len() < 2 {
+        return text;
+    }
+    let mut kept = parts[0].to_owned();
+    let mut dropped = false;
+    for part in &parts[1..] {
+        if aside(part) {
+            dropped = true;
+        } else {
+            // The commas around a dropped aside go with it.
+            if !dropped {
+                kept.push(',');
+            }
+            kept.push_str(part);
+            dropped = false;
+        }
+    }
+    kept
+}
+
+/// Words that make a lead-in part of the statement rather than a frame around it: a
+/// condition or time ("When I deploy, I ...", "Last week I ..."), a place, or another
+/// subject beside the user ("Sam and I ...").
+const BOUND: &[&str] = &[
+    "when",
+    "whenever",
+    "if",
+    "unless",
+    "after",
+    "before",
+    "since",
+    "because",
+    "although",
+    "though",
+    "while",
+    "until",
+    "once",
+    "as",
+    "where",
+    "today",
+    "yesterday",
+    "tonight",
+    "tomorrow",
+    "last",
+    "this",
+    "next",
+    "now",
+    "ago",
+    "then",
+    "in",
+    "on",
+    "at",
+    "to",
+    "from",
+    "for",
+    "with",
+    "and",
+    "or",
+    "of",
+    "who",
+    "what",
+    "which",
+    "how",
+    "why",
+    "do",
+    "does",
+    "did",
+    "can",
+    "could",
+    "should",
+    "would",
+    "will",
+    "is",
+    "are",
+    "was",
+    "were",
+];
+
+/// Verbs that frame a statement as something said or to keep in mind ("I should
+/// mention I ...", "I forgot to tell you that my ...").
+const TELLING: &[&str] = &[
+    "mention", "say", "tell", "add", "note", "share", "flag", "know", "remind", "remember", "forget",
+    "forgot", "admit", "confess",
+];
+
+/// A lead-in that frames a first-person statement without adding to it, wherever the
+/// list of markers does not know it: a few words before the first "I", "my" or "we"
+/// ("Heads up, I'm ...", "Not gonna lie, I ...", "Random but my ..."), or the user
+/// saying they tell something ("I ought to mention that I ..."). A lead-in that binds
+/// the statement (a condition, a time, a place, another subject, a name, a number)
+/// stays. The statement without the lead-in, or `None`.
+fn strip_framing(text: &str) -> Option<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let first_person = |word: &&str| crate::language::is_first_person_start(&bare(word));
+    let telling = words.first().is_some_and(|word| bare(word) == "i");
+    let start = usize::from(telling);
+    let at = start + words.get(start..)?.iter().position(first_person)?;
+    let lead = &words[..at];
+    if lead.is_empty() || lead.len() > if telling { 6 } else { 4 } {
+        return None;
+    }
+    let framed = if telling {
+        lead.iter().any(|word| TELLING.contains(&bare(word).as_str()))
+    } else {
+        let last = lead[lead.len() - 1];
+        lead.len() <= 3 || last.ends_with([',', ':', ';', '!', '-', '—']) || bare(last) == "that"
+    };
+    let binds = lead.iter().enumerate().any(|(index, word)| {
+        let word_bare = bare(word);
+        (BOUND.contains(&word_bare.as_str()) && !(telling && matches!(word_bare.as_str(), "should" | "to")))
+            // A verb: the lead is the statement, its subject left out ("Passed my test"),
+            // unless a comma ends it ("Just saying, I ...").
+            || (!telling
+                && !lead[lead.len() - 1].ends_with([',', ':', ';', '!', '-', '—'])
+                && (crate::language::is_past_tense(&word_bare)
+                    || word_bare.ends_with("ing")
+                    || word_bare == "got"))
+            || word.chars().any(|c| c.is_ascii_digit())
+            || (index > 0 && word.chars().next().is_some_and(char::is_uppercase))
+    });
+    if !framed || binds {
+        return None;
+    }
+    Some(words[at..].join(" "))
 }
 
 /// A chat statement with its subject left out gets it back ("Got promoted to staff
@@ -139,7 +340,65 @@ pub fn restore_subject(clause: &str) -> String {
     if ONGOING.contains(&first.as_str()) {
         return format!("I'm {lowered}");
     }
+    // "New goal is a half marathon": a thing of the user's told without its owner, an
+    // adjective of one's own things and a lower-case noun before the verb.
+    if OWN.contains(&first.as_str())
+        && words.get(position + 1).is_some_and(|noun| {
+            noun.chars().next().is_some_and(char::is_lowercase) && !AUXILIARIES.contains(&bare(noun).as_str())
+        })
+        && words
+            .get(position + 2)
+            .is_some_and(|verb| matches!(bare(verb).as_str(), "is" | "was" | "are" | "were"))
+    {
+        return format!("My {lowered}");
+    }
     clause.to_owned()
+}
+
+/// Adjectives that open a thing of one's own when the owner is left out ("New goal is
+/// ...", "Current plan is ...").
+const OWN: &[&str] = &[
+    "new",
+    "next",
+    "current",
+    "latest",
+    "main",
+    "only",
+    "favourite",
+    "favorite",
+    "usual",
+];
+
+/// A statement about a thing the user spoke of before, told as its end ("The cast came
+/// off today" after "it's in a cast for six weeks", "cron is retired" after "scripts
+/// run by cron"), without the user as its subject. It is kept, a thing introduced by
+/// "the" or "our" made the user's ("The user's cast came off today."), so the judge
+/// can end the fact that held it. `known` holds the content tokens of what the user
+/// said and the scope's facts. `None` for anything else, so remarks about the world
+/// stay out.
+pub fn about_known_thing(clause: &str, known: &std::collections::HashSet<String>) -> Option<String> {
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let owned = matches!(bare(words.first()?).as_str(), "the" | "our");
+    let thing = bare(words.get(usize::from(owned))?);
+    let departed = crate::language::departed_value(clause);
+    if words.len() < 3
+        || !crate::language::content_tokens(&thing).contains(&crate::language::stem(&thing))
+        || !known.contains(&crate::language::stem(&thing))
+        || !departed.contains(&crate::language::stem(&thing))
+    {
+        return None;
+    }
+    let text = clause.trim().trim_end_matches(['.', '!', ',', ':']);
+    Some(if owned {
+        format!(
+            "The user's {}.",
+            words[1..].join(" ").trim_end_matches(['.', '!', ',', ':'])
+        )
+    } else {
+        let mut chars = text.chars();
+        let first = chars.next()?;
+        format!("{}{}.", first.to_uppercase(), chars.as_str())
+    })
 }
 
 const AUXILIARIES: &[&str] = &[
@@ -456,5 +715,76 @@ mod tests {
             resolve("It is raining.", Some("The user is vegetarian."), true),
             None
         );
+    }
+
+    #[test]
+    fn a_thing_of_the_users_told_without_its_owner_gets_one() {
+        assert_eq!(
+            restore_subject("New goal is just a half marathon in the spring."),
+            "My new goal is just a half marathon in the spring."
+        );
+        assert_eq!(restore_subject("New York is lovely"), "New York is lovely");
+        assert_eq!(restore_subject("Next is the hard part"), "Next is the hard part");
+    }
+
+    #[test]
+    fn the_end_of_a_thing_the_user_spoke_of_is_kept() {
+        let known: std::collections::HashSet<String> = crate::language::content_tokens(
+            "The user broke their wrist, it's in a cast for six weeks. Scripts run by cron.",
+        );
+        assert_eq!(
+            about_known_thing("The cast came off today!", &known).as_deref(),
+            Some("The user's cast came off today.")
+        );
+        assert_eq!(
+            about_known_thing("cron is retired and every pipeline is a Dagster job now", &known).as_deref(),
+            Some("Cron is retired and every pipeline is a Dagster job now.")
+        );
+        // Not an end, or not something the user spoke of.
+        assert_eq!(about_known_thing("The cast was itchy", &known), None);
+        assert_eq!(about_known_thing("The meeting is over", &known), None);
+        assert_eq!(about_known_thing("It is raining", &known), None);
+    }
+
+    #[test]
+    fn a_frame_around_a_statement_is_stripped_but_not_what_binds_it() {
+        let cases = [
+            ("Heads up, I'm moving to Ghent", "I'm moving to Ghent"),
+            ("Not gonna lie, I hate cilantro", "I hate cilantro"),
+            ("Random but my cat is called Nori", "my cat is called Nori"),
+            ("I forgot to tell you that I quit my job", "I quit my job"),
+            (
+                "I ought to mention my sister lives in Vienna",
+                "my sister lives in Vienna",
+            ),
+            ("I'm colour blind btw", "I'm colour blind"),
+            ("I, uh, live in Ghent", "I live in Ghent"),
+            ("I am, honestly, a vegan", "I am a vegan"),
+            ("I live in Ghent (btw)", "I live in Ghent"),
+            ("I live in Ghent, fwiw", "I live in Ghent"),
+            ("Also, just saying, I'm vegan", "I'm vegan"),
+            (
+                "I live in Ghent, like my sister",
+                "I live in Ghent, like my sister",
+            ),
+            ("I live in Ghent now, just so you know.", "I live in Ghent now"),
+        ];
+        for (said, expected) in cases {
+            assert_eq!(strip_openers(said), expected, "stripping {said:?}");
+        }
+        for kept in [
+            "When I deploy, I run the tests",
+            "Last week I moved to Berlin",
+            "Sam and I broke up",
+            "In Berlin I rent a flat",
+            "I think I like tea",
+            "I live in Porto and my sister lives in Vienna",
+            "Because of the rain I stayed home",
+            "Passed my driving test this morning!",
+            "Cancelled my PureGym membership",
+            "Starting my new job on Monday",
+        ] {
+            assert_eq!(strip_openers(kept), kept, "keeping {kept:?}");
+        }
     }
 }

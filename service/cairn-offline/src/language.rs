@@ -892,6 +892,15 @@ pub fn departed_value(text: &str) -> Vec<String> {
         "is behind",
         "is retired",
         "is sold",
+        "is off",
+        "is over",
+        "is finished",
+        "is cancelled",
+        "is canceled",
+        "came off",
+        "ended",
+        "died",
+        "expired",
         "anymore",
     ];
     const ENDS: &[&str] = &[
@@ -981,6 +990,13 @@ pub fn departed_value(text: &str) -> Vec<String> {
                     .iter()
                     .zip(&marker_words)
                     .any(|(word, marker)| word != marker)
+            {
+                continue;
+            }
+            // "cron is retired": the value comes before a participle (below).
+            if start > 0
+                && matches!(words[start - 1].as_str(), "is" | "was" | "are" | "were")
+                && BEFORE.contains(&format!("is {marker}").as_str())
             {
                 continue;
             }
@@ -1240,6 +1256,13 @@ mod tests {
         assert_eq!(
             departed("The user finished moving CI from Jenkins to GitHub Actions."),
             "jenkin"
+        );
+        // An end told of the thing itself.
+        assert_eq!(departed("The user tore their calf, so Berlin is off."), "berlin");
+        assert_eq!(departed("The user's cast came off today."), "cast");
+        assert_eq!(
+            departed("Cron is retired and every pipeline is a Dagster job now."),
+            "cron"
         );
         assert!(departed("The user lives in Porto.").is_empty());
         assert!(departed("The user is switching to Puma.").is_empty());

@@ -32,6 +32,15 @@ impl Extractor for OfflineExtractor {
                 .rev()
                 .find_map(|clause| third_person(&discourse::strip_openers(clause)))
         });
+        // What the user spoke of: the scope's known facts and the earlier messages, then
+        // each statement of this batch as it is taken.
+        let mut known_things: std::collections::HashSet<String> = input
+            .known_facts
+            .iter()
+            .map(|fact| fact.text.as_str())
+            .chain(input.earlier.iter().map(|episode| episode.text.as_str()))
+            .flat_map(language::content_tokens)
+            .collect();
         for episode in &input.episodes {
             let mut same_message = false;
             for said in clauses(&episode.text) {
@@ -49,9 +58,11 @@ impl Extractor for OfflineExtractor {
                 let Some(text) = third_person(&clause)
                     .or_else(|| discourse::resolve(&clause, previous.as_deref(), same_message))
                     .or_else(|| about_someone_known(&clause, &names))
+                    .or_else(|| discourse::about_known_thing(&clause, &known_things))
                 else {
                     continue;
                 };
+                known_things.extend(language::content_tokens(&text));
                 previous = Some(text.clone());
                 same_message = true;
                 let lower = said.to_lowercase();
