@@ -219,9 +219,11 @@ fn mentions(text: &str) -> Vec<Mention> {
     while index < words.len() {
         // "the user's <relation> [<Name>]", "the user's best friend Tom", "the user's dog
         // called Pepper".
+        // Facts say "their" for the user's own ("lives with their boyfriend Sam").
         let owned_by_user = index >= 1
-            && (lower[index - 1] == "user" || lower[index - 1] == "user’s")
-            && (words[index - 1].ends_with("'s") || words[index - 1].ends_with("’s"));
+            && (((lower[index - 1] == "user" || lower[index - 1] == "user’s")
+                && (words[index - 1].ends_with("'s") || words[index - 1].ends_with("’s")))
+                || lower[index - 1] == "their");
         let relation = if owned_by_user {
             let mut at = index;
             // Adjectives between the owner and the relation ("best", "older", "little").
@@ -235,13 +237,23 @@ fn mentions(text: &str) -> Vec<Mention> {
         };
         if let Some((at, relation, kind)) = relation {
             let mut next = at + 1;
-            // "sister Anna", "dog called Pepper", "dog is called Pepper".
-            if lower.get(next).is_some_and(|word| word == "is")
-                && matches!(lower.get(next + 1).map(String::as_str), Some("called" | "named"))
-            {
+            let word_at = |at: usize| lower.get(at).map(String::as_str).unwrap_or_default();
+            let copula = matches!(word_at(next), "is" | "was");
+            // "sister Anna", "dog called Pepper", "dog is called Pepper", "manager is
+            // Tom", "dog is a greyhound called Pepper".
+            if copula && matches!(word_at(next + 1), "called" | "named") {
                 next += 2;
-            } else if matches!(lower.get(next).map(String::as_str), Some("called" | "named")) {
+            } else if matches!(word_at(next), "called" | "named") {
                 next += 1;
+            } else if copula && name_at(&words, next + 1).is_some() {
+                next += 1;
+            } else {
+                let article = next + usize::from(copula || words[at].ends_with(','));
+                if matches!(word_at(article), "a" | "an")
+                    && matches!(word_at(article + 2), "called" | "named")
+                {
+                    next = article + 3;
+                }
             }
             let named = name_at(&words, next);
             for flag in taken
@@ -275,7 +287,65 @@ fn mentions(text: &str) -> Vec<Mention> {
         };
         let before = index.checked_sub(1).map(|at| lower[at].as_str());
         let two_before = index.checked_sub(2).map(|at| lower[at].as_str());
+        // A relation word right before the name: "one cat, Miso" (in apposition), "the
+        // school is St Anne's" (named by a copula).
+        let related = |at: Option<usize>| at.and_then(|at| relation_kind(&lower[at]).map(|kind| (at, kind)));
+        if index >= 1
+            && words[index - 1].ends_with(',')
+            && let Some((at, kind)) = related(Some(index - 1))
+        {
+            found.push(Mention {
+                name: Some(name),
+                relation: (kind != EntityKind::Organisation).then(|| lower[at].clone()),
+                kind,
+            });
+            index = end;
+            continue;
+        }
+        if matches!(before, Some("is" | "was"))
+            && let Some((_, kind)) = related(index.checked_sub(2))
+        {
+            found.push(Mention {
+                name: Some(name),
+                relation: None,
+                kind,
+            });
+            index = end;
+            continue;
+        }
+        // "called <Name>" after a word of its kind in the same phrase: "a second cat
+        // yesterday, a tabby called Tofu", "a startup called Lumen".
+        // The first such word is the relation: "a dog, a greyhound called Pepper" is the
+        // user's dog.
+        let called = (matches!(before, Some("called" | "named")))
+            .then(|| {
+                let phrase: Vec<usize> = (index.saturating_sub(6)..index.saturating_sub(1))
+                    .rev()
+                    .take_while(|&at| !words[at].ends_with(['.', ';', '!', '?']))
+                    .collect();
+                phrase
+                    .into_iter()
+                    .rev()
+                    .find_map(|at| relation_kind(&lower[at]).map(|kind| (at, kind)))
+            })
+            .flatten();
+        if let Some((at, kind)) = called {
+            found.push(Mention {
+                name: Some(name),
+                relation: (kind != EntityKind::Organisation).then(|| lower[at].clone()),
+                kind,
+            });
+            index = end;
+            continue;
+        }
         let kind = match before {
+            // "St Anne's school", "the Riverside club".
+            _ if lower
+                .get(end)
+                .is_some_and(|word| ORGANISATIONS.contains(&word.as_str())) =>
+            {
+                Some(EntityKind::Organisation)
+            }
             Some(word) if PLACE_BEFORE.contains(&word) => Some(EntityKind::Place),
             Some(word) if ORGANISATION_BEFORE.contains(&word) => Some(EntityKind::Organisation),
             Some("called" | "named") if two_before.is_some_and(|word| PETS.contains(&word)) => {
@@ -513,6 +583,65 @@ mod tests {
             use_count: 0,
             embedding: None,
         }
+    }
+
+    #[test]
+    fn names_given_by_a_copula_an_apposition_or_a_phrase_with_called() {
+        let named = |text: &str| -> Vec<(Option<String>, Option<String>, EntityKind)> {
+            mentions(text)
+                .into_iter()
+                .map(|mention| (mention.name, mention.relation, mention.kind))
+                .collect()
+        };
+        assert_eq!(
+            named("The user's new manager is Jonas."),
+            vec![(Some("Jonas".into()), Some("manager".into()), EntityKind::Person)]
+        );
+        assert_eq!(
+            named("The user's dog is a greyhound called Pepper."),
+            vec![(Some("Pepper".into()), Some("dog".into()), EntityKind::Pet)]
+        );
+        assert_eq!(
+            named("The user has one cat, Miso."),
+            vec![(Some("Miso".into()), Some("cat".into()), EntityKind::Pet)]
+        );
+        assert_eq!(
+            named("The user adopted a second cat yesterday, a tabby called Tofu."),
+            vec![(Some("Tofu".into()), Some("cat".into()), EntityKind::Pet)]
+        );
+        assert_eq!(
+            named("The user adopted a dog, a greyhound called Pepper."),
+            vec![(Some("Pepper".into()), Some("dog".into()), EntityKind::Pet)]
+        );
+        assert_eq!(
+            named("The user lives with their boyfriend Sam in Leeds."),
+            vec![
+                (Some("Sam".into()), Some("boyfriend".into()), EntityKind::Person),
+                (Some("Leeds".into()), None, EntityKind::Place),
+            ]
+        );
+        assert_eq!(
+            named("The user's daughter goes to St Anne's school."),
+            vec![
+                (None, Some("daughter".into()), EntityKind::Person),
+                (Some("St Anne".into()), None, EntityKind::Organisation),
+            ]
+        );
+        assert_eq!(
+            named("The user's daughter's school is St Anne's."),
+            vec![
+                (None, Some("daughter".into()), EntityKind::Person),
+                (Some("St Anne".into()), None, EntityKind::Organisation),
+            ]
+        );
+        // A name further on in another phrase is not the relation's.
+        assert_eq!(
+            named("The user's dog likes the beach in Brighton."),
+            vec![
+                (None, Some("dog".into()), EntityKind::Pet),
+                (Some("Brighton".into()), None, EntityKind::Place),
+            ]
+        );
     }
 
     #[test]
