@@ -246,6 +246,43 @@ const BOUND: &[&str] = &[
     "were",
 ];
 
+/// How a request to the assistant opens.
+const REQUESTS: &[&str] = &[
+    "can", "could", "would", "will", "please", "pls", "you", "do", "don't", "just", "make",
+];
+
+/// Lead-in words that always bind the statement: a condition or a time.
+const SUBORDINATE: &[&str] = &[
+    "when",
+    "whenever",
+    "if",
+    "unless",
+    "after",
+    "before",
+    "since",
+    "because",
+    "although",
+    "though",
+    "while",
+    "until",
+    "once",
+    "today",
+    "yesterday",
+    "tonight",
+    "tomorrow",
+    "last",
+    "this",
+    "next",
+    "ago",
+    "what",
+    "which",
+    "who",
+    "how",
+    "why",
+    "where",
+    "whether",
+];
+
 /// Verbs that frame a statement as something said or to keep in mind ("I should
 /// mention I ...", "I forgot to tell you that my ...").
 const TELLING: &[&str] = &[
@@ -266,8 +303,26 @@ fn strip_framing(text: &str) -> Option<String> {
     let start = usize::from(telling);
     let at = start + words.get(start..)?.iter().position(first_person)?;
     let lead = &words[..at];
-    if lead.is_empty() || lead.len() > if telling { 6 } else { 4 } {
+    // A request to keep it in mind: "Can you remember that my ...", "Please note I ...",
+    // "You should know that I ...".
+    let asking = !telling
+        && lead
+            .first()
+            .is_some_and(|word| REQUESTS.contains(&bare(word).as_str()))
+        && lead.iter().any(|word| {
+            let word = bare(word);
+            TELLING.contains(&word.as_str()) || word == "mind"
+        });
+    if lead.is_empty() || lead.len() > if telling || asking { 7 } else { 4 } {
         return None;
+    }
+    if asking {
+        let binds = lead.iter().enumerate().any(|(index, word)| {
+            SUBORDINATE.contains(&bare(word).as_str())
+                || word.chars().any(|c| c.is_ascii_digit())
+                || (index > 0 && word.chars().next().is_some_and(char::is_uppercase))
+        });
+        return (!binds).then(|| words[at..].join(" "));
     }
     let framed = if telling {
         lead.iter().any(|word| TELLING.contains(&bare(word).as_str()))
@@ -774,6 +829,16 @@ mod tests {
             ),
             ("I'm colour blind btw", "I'm colour blind"),
             ("For the record, I'm a nurse", "I'm a nurse"),
+            (
+                "Can you remember that my son is allergic to eggs",
+                "my son is allergic to eggs",
+            ),
+            ("Please keep in mind I'm colour blind", "I'm colour blind"),
+            ("You should know that I work nights", "I work nights"),
+            (
+                "Make a note that our office moved to Leeds",
+                "our office moved to Leeds",
+            ),
             ("Keep in mind that my son is diabetic", "my son is diabetic"),
             ("I, uh, live in Ghent", "I live in Ghent"),
             ("I am, honestly, a vegan", "I am a vegan"),
@@ -800,6 +865,7 @@ mod tests {
             "Passed my driving test this morning!",
             "Cancelled my PureGym membership",
             "Starting my new job on Monday",
+            "Can you remember what I said yesterday about my sister",
         ] {
             assert_eq!(strip_openers(kept), kept, "keeping {kept:?}");
         }
