@@ -641,6 +641,126 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
 mod tests {
     use super::*;
 
+    fn shown(alias: &str, text: &str) -> cairn_core::ShownFact {
+        let now = Utc::now();
+        cairn_core::ShownFact {
+            alias: alias.to_owned(),
+            fact: cairn_core::Fact {
+                id: cairn_core::new_id("fact"),
+                fact_type: cairn_core::FactType::World,
+                text: text.to_owned(),
+                confidence: 0.9,
+                status: FactStatus::Active,
+                source_episode_ids: Vec::new(),
+                source_span: None,
+                created_at: now,
+                superseded_at: None,
+                superseded_by: None,
+                retracted_at: None,
+                retraction_reason: None,
+                valid_from: None,
+                valid_to: None,
+                expires_at: None,
+                last_used_at: None,
+                use_count: 0,
+                embedding: None,
+            },
+            similarity: None,
+        }
+    }
+
+    fn candidate(text: &str) -> cairn_core::CandidateFact {
+        cairn_core::CandidateFact {
+            text: text.to_owned(),
+            fact_type: cairn_core::FactType::World,
+            confidence: 0.9,
+            expires_in_hours: None,
+            valid_from: None,
+            valid_to: None,
+            source_episode_ids: Vec::new(),
+            span: None,
+        }
+    }
+
+    /// The offline judge with the real embedding model: a change in a single-valued
+    /// slot that no word list names replaces the old value; an addition in a slot that
+    /// holds several, or a change in another slot, does not.
+    #[test]
+    fn the_offline_judge_matches_single_valued_slots_by_meaning() {
+        use cairn_core::{Judge, Verdict};
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let runtime = harness::runtime().expect("runtime");
+        let embedder = Arc::new(
+            OnnxEmbedder::load(&harness::embedder_config(&root.join(".models"))).expect("the model loads"),
+        );
+        let with_meaning = cairn_app::OfflineJudge::with_embedder(embedder);
+        let rules_only = cairn_app::OfflineJudge::default();
+        let verdict = |judge: &cairn_app::OfflineJudge, said: &str, known: &[&str]| {
+            let shown: Vec<cairn_core::ShownFact> = known
+                .iter()
+                .enumerate()
+                .map(|(index, text)| shown(&format!("m{}", index + 1), text))
+                .collect();
+            runtime
+                .block_on(judge.judge(&candidate(said), &shown))
+                .expect("a judgement")
+                .verdict
+        };
+        let provider = [
+            "The user tried a new bakery downtown.",
+            "The user is on a Vodafone contract, 20GB, and it's way too expensive for what the user uses.",
+        ];
+        let ported = "The user ported their number to Lebara last week, 10 euros a month, so much better.";
+        assert_eq!(
+            verdict(&with_meaning, ported, &provider),
+            Verdict::Updates("m2".into())
+        );
+        assert_eq!(verdict(&rules_only, ported, &provider), Verdict::New);
+        // Hobbies hold several at once; a new one adds.
+        assert_eq!(
+            verdict(
+                &with_meaning,
+                "The user has started pottery classes as well.",
+                &["The user climbs at the bouldering gym."],
+            ),
+            Verdict::New
+        );
+        // Not a change of job; not the user's phone; a change in the same slot.
+        assert_eq!(
+            verdict(
+                &with_meaning,
+                "The user started volunteering at a food bank.",
+                &["The user works at Google."],
+            ),
+            Verdict::New
+        );
+        assert_eq!(
+            verdict(
+                &with_meaning,
+                "The user's partner got a new phone.",
+                &["The user has an iPhone 12."],
+            ),
+            Verdict::New
+        );
+        assert_eq!(
+            verdict(
+                &with_meaning,
+                "The user takes the train to work now.",
+                &["The user cycles to the office every day."],
+            ),
+            Verdict::Updates("m1".into())
+        );
+        // Another slot is not replaced.
+        assert_eq!(
+            verdict(
+                &with_meaning,
+                "The user started a new job at Datadog.",
+                &["The user lives in Lisbon."],
+            ),
+            Verdict::New
+        );
+    }
+
     /// The write gates in `cairn-app`, over SQLite and without HTTP, with the offline
     /// pipeline and the scripted LLM: the ten held-out regression scenarios keep every
     /// expected fact current and nothing stale.

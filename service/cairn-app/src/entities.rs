@@ -243,9 +243,9 @@ fn mentions(text: &str) -> Vec<Mention> {
             // Tom", "dog is a greyhound called Pepper".
             if copula && matches!(word_at(next + 1), "called" | "named") {
                 next += 2;
-            } else if matches!(word_at(next), "called" | "named") {
-                next += 1;
-            } else if copula && name_at(&words, next + 1).is_some() {
+            } else if matches!(word_at(next), "called" | "named")
+                || (copula && name_at(&words, next + 1).is_some())
+            {
                 next += 1;
             } else {
                 let article = next + usize::from(copula || words[at].ends_with(','));

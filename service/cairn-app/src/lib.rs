@@ -137,10 +137,10 @@ impl Cairn {
     pub fn new(store: Arc<dyn MemoryStore>, embedder: Option<Arc<dyn Embedder>>, settings: Settings) -> Self {
         Cairn {
             store,
+            consolidator: Consolidator::offline(embedder.clone()),
             embedder,
             reranker: None,
             answerer: None,
-            consolidator: Consolidator::default(),
             settings,
             usage: Arc::default(),
         }

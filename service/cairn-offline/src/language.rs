@@ -601,6 +601,18 @@ const RELATIONS: &[&str] = &[
     "boyfriend",
 ];
 
+/// Whether `text` speaks of someone other than the user, by a relation ("the user's
+/// partner", "their sister"): a slot matched by meaning alone is then not the user's.
+pub fn mentions_someone(text: &str) -> bool {
+    text.split_whitespace().any(|word| {
+        let word = word
+            .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+            .to_lowercase();
+        let word = word.strip_suffix("'s").unwrap_or(&word);
+        RELATIONS.contains(&word) && word != "team"
+    })
+}
+
 /// Jobs, so "a nurse at St. Mary's" is about employment.
 const PROFESSIONS: &[&str] = &[
     "nurse",

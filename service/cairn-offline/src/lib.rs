@@ -7,12 +7,15 @@
 //!   `cairn_core::Extractor` and `cairn_core::Judge`;
 //! - `discourse` — sentences and clauses, pronouns and fragments resolved against the
 //!   previous statement;
+//! - `meaning` — single-valued slots matched by meaning with the embedding model,
+//!   where the word lists do not name the slot;
 //! - [`language`] — stems, slots, subjects, distinctive words and word overlap, which
 //!   the write gates of `cairn-app` use as well (grounding, tombstone matching,
 //!   restatements, near-duplicates).
 
 mod discourse;
 pub mod language;
+mod meaning;
 mod offline;
 
 pub use offline::{OfflineExtractor, OfflineJudge};

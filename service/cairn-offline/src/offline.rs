@@ -5,12 +5,14 @@
 //! Neither needs a model download or a network; both are the default when no LLM
 //! provider is configured, so the default install consolidates end to end.
 
+use crate::meaning::SlotMeaning;
 use crate::{discourse, language};
 use cairn_core::{
-    CandidateFact, CandidatePlaybook, Extraction, ExtractionInput, Extractor, FactType, Judge, Judgement,
-    Result, ShownFact, Usage, Verdict,
+    CandidateFact, CandidatePlaybook, Embedder, Extraction, ExtractionInput, Extractor, FactType, Judge,
+    Judgement, Result, ShownFact, Usage, Verdict,
 };
 use chrono::{DateTime, Datelike, Duration, Utc, Weekday};
+use std::sync::Arc;
 
 /// Rules over the user's own sentences; the assistant context is never read.
 #[derive(Clone, Debug, Default)]
@@ -643,9 +645,65 @@ pub fn playbook(clause: &str) -> Option<CandidatePlaybook> {
     })
 }
 
-/// Same-slot detection plus similarity, with no model.
+/// Same-slot detection plus similarity, with no language model; with the embedding
+/// model, slots are also matched by meaning (see `meaning`).
 #[derive(Clone, Debug, Default)]
-pub struct OfflineJudge;
+pub struct OfflineJudge {
+    meaning: Option<Arc<SlotMeaning>>,
+}
+
+impl OfflineJudge {
+    /// The judge that also matches single-valued slots by meaning with `embedder`.
+    pub fn with_embedder(embedder: Arc<dyn Embedder>) -> Self {
+        OfflineJudge {
+            meaning: Some(Arc::new(SlotMeaning::new(embedder))),
+        }
+    }
+
+    /// A change whose statement is, by meaning, in the same single-valued slot as a
+    /// lasting fact shown ("ported my number to Lebara" against "on a Vodafone
+    /// contract") replaces it, unless it repeats the fact's value. Meaning alone does
+    /// not tell whose slot it is or whether the value changed, so both statements must
+    /// be about the user alone, and the candidate must say it changed ("now",
+    /// "switched", ...) or name another value than the fact ("Lebara" for "Vodafone"):
+    /// "started volunteering at a food bank" does not end a job.
+    async fn same_slot_by_meaning<'a>(
+        &self,
+        candidate: &CandidateFact,
+        lasting: &[&'a ShownFact],
+    ) -> Result<Option<(&'a ShownFact, &'static str)>> {
+        let Some(meaning) = &self.meaning else {
+            return Ok(None);
+        };
+        let announced = language::announces_change(&candidate.text);
+        let lasting: Vec<&'a ShownFact> = lasting
+            .iter()
+            .copied()
+            .filter(|shown_fact| {
+                !language::mentions_someone(&shown_fact.fact.text)
+                    && (announced || language::names_another_value(&candidate.text, &shown_fact.fact.text))
+            })
+            .collect();
+        if lasting.is_empty() || language::mentions_someone(&candidate.text) {
+            return Ok(None);
+        }
+        let texts: Vec<&str> = std::iter::once(candidate.text.as_str())
+            .chain(lasting.iter().map(|shown_fact| shown_fact.fact.text.as_str()))
+            .collect();
+        let slots = meaning.slots(&texts).await?;
+        let Some(Some(slot)) = slots.first() else {
+            return Ok(None);
+        };
+        let candidate_tokens = language::content_tokens(&candidate.text);
+        Ok(lasting.iter().zip(&slots[1..]).find_map(|(shown_fact, theirs)| {
+            let repeats = language::content_tokens(&shown_fact.fact.text)
+                .iter()
+                .filter(|token| !language::is_slot_word(token))
+                .all(|token| candidate_tokens.contains(token));
+            (*theirs == Some(*slot) && !repeats).then_some((*shown_fact, *slot))
+        }))
+    }
+}
 
 /// Below this similarity an unrelated-slot fact is not treated as the same subject.
 const EXTENDS_SIMILARITY: f32 = 0.75;
@@ -753,6 +811,22 @@ impl Judge for OfflineJudge {
                         format!("a change from {old} {noun} to another {noun}"),
                     ));
                 }
+            }
+        }
+        // A change in a single-valued slot named by meaning, not by the word lists.
+        if candidate_slot.is_none()
+            && (changing || language::tells_a_change(&candidate.text) || language::says_new(&candidate.text))
+        {
+            let lasting: Vec<&ShownFact> = ranked
+                .iter()
+                .copied()
+                .filter(|shown_fact| shown_fact.fact.fact_type != FactType::Event)
+                .collect();
+            if let Some((holder, slot)) = self.same_slot_by_meaning(candidate, &lasting).await? {
+                return Ok(judgement(
+                    Verdict::Updates(holder.alias.clone()),
+                    format!("same {slot} slot by meaning; a change to another value"),
+                ));
             }
         }
         // A change told as an event ("today was my first day at Datadog", "we broke

@@ -136,11 +136,18 @@ pub(crate) struct ErasureGuard {
 
 impl Default for Consolidator {
     fn default() -> Self {
-        Consolidator::new(Arc::new(OfflineExtractor), Arc::new(OfflineJudge))
+        Consolidator::new(Arc::new(OfflineExtractor), Arc::new(OfflineJudge::default()))
     }
 }
 
 impl Consolidator {
+    /// The offline extractor and judge; with an embedder the judge also matches
+    /// single-valued slots by meaning.
+    pub fn offline(embedder: Option<Arc<dyn cairn_core::Embedder>>) -> Self {
+        let judge = embedder.map_or_else(OfflineJudge::default, OfflineJudge::with_embedder);
+        Consolidator::new(Arc::new(OfflineExtractor), Arc::new(judge))
+    }
+
     pub fn new(extractor: Arc<dyn Extractor>, judge: Arc<dyn Judge>) -> Self {
         Consolidator {
             extractor,
