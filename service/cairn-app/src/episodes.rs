@@ -111,9 +111,20 @@ impl Cairn {
                 "holds no user message; assistant messages are context, not evidence",
             ));
         }
-        let vectors = self
-            .embed_all(episodes.iter().map(|episode| episode.text.clone()).collect())
-            .await?;
+        // The queue is read while the episodes are embedded.
+        let queued = async {
+            match request.consolidate {
+                ConsolidateMode::None => Ok(0),
+                ConsolidateMode::Async | ConsolidateMode::Sync => {
+                    Ok(self.store.pending_jobs(scope).await?.len())
+                }
+            }
+        };
+        let (vectors, queued) = futures_util::future::try_join(
+            self.embed_all(episodes.iter().map(|episode| episode.text.clone()).collect()),
+            queued,
+        )
+        .await?;
         for (episode, vector) in episodes.iter_mut().zip(vectors) {
             episode.embedding = vector;
         }
@@ -133,8 +144,7 @@ impl Cairn {
         let queue_full = match request.consolidate {
             ConsolidateMode::None => false,
             ConsolidateMode::Async | ConsolidateMode::Sync => {
-                self.store.pending_jobs(scope).await?.len()
-                    >= self.settings.consolidation.max_pending_jobs_per_scope
+                queued >= self.settings.consolidation.max_pending_jobs_per_scope
             }
         };
         let job_id = match request.consolidate {

@@ -14,7 +14,12 @@
 //! 4. the journal is deleted.
 //!
 //! A plan without conditional updates (an ingest) is journaled as `committed` at once:
-//! it has nothing to put back, so its journal is its commit point.
+//! it has nothing to put back, so its journal is its commit point. An ingest's journal
+//! is not deleted before the ingest answers: it is retired, and its deletion rides in
+//! the next bulk write, or in one batch a moment later (`RETIRE_AFTER`), or in this
+//! process's next recovery pass, whichever comes first. Until then a recovery elsewhere
+//! could only replay creates that are already there (episodes are never deleted one by
+//! one; erasure deletes a scope's journals first).
 //!
 //! A process that fails anywhere in between leaves its journal behind, and recovery
 //! (`MemoryStore::recover_commits`, run by every server in the background for
@@ -31,6 +36,8 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 const PREPARED: &str = "prepared";
@@ -43,6 +50,27 @@ const COUNTER_ATTEMPTS: usize = 20;
 
 /// Journals one recovery pass resolves at most.
 const RECOVERY_BATCH: usize = 100;
+
+/// How long a retired journal waits for a bulk write to carry its deletion before it is
+/// deleted on its own (far below the patience of any recovery).
+const RETIRE_AFTER: Duration = Duration::from_millis(200);
+
+/// Journals of finished ingests whose deletion is still to be sent: (tenant, id).
+#[derive(Default)]
+pub(crate) struct Retired {
+    journals: Mutex<Vec<(String, String)>>,
+    /// Whether a deletion of the retired journals is already scheduled.
+    scheduled: AtomicBool,
+}
+
+impl Retired {
+    fn take(&self) -> Vec<(String, String)> {
+        self.journals
+            .lock()
+            .map(|mut journals| std::mem::take(&mut *journals))
+            .unwrap_or_default()
+    }
+}
 
 /// Everything a commit writes after its checks.
 struct Plan {
@@ -122,7 +150,9 @@ impl ClusterStore {
     /// Finishes every commit whose journal is older than `older_than`: rolls committed
     /// ones forward and the others back. Returns how many it resolved.
     pub(crate) async fn recover_journals(&self, older_than: Duration) -> Result<u64> {
-        // Journals are written without a refresh; make the recent ones searchable.
+        // This process's own finished journals are deleted, not rolled forward; journals
+        // are written without a refresh, so the recent ones are made searchable.
+        self.delete_retired().await?;
         self.refresh_indices(&["commits"]).await?;
         let cutoff = docs::micros(Utc::now()) - i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
         let body = json!({
@@ -216,8 +246,49 @@ impl ClusterStore {
         }
         self.roll_forward(scope, &journal["plan"], plan.context_lines)
             .await?;
-        self.delete_doc("commits", &id, tenant, None, false).await?;
+        if inserts_only && !plan.refresh {
+            self.retire(tenant, id);
+        } else {
+            self.delete_doc("commits", &id, tenant, None, false).await?;
+        }
         Ok(Applied::Done)
+    }
+
+    /// Leaves a finished ingest's journal to be deleted with the next bulk write, or in
+    /// a batch shortly after.
+    fn retire(&self, tenant: &str, id: String) {
+        let pushed = self
+            .retired
+            .journals
+            .lock()
+            .map(|mut journals| journals.push((tenant.to_owned(), id)))
+            .is_ok();
+        if pushed && !self.retired.scheduled.swap(true, Ordering::AcqRel) {
+            let store = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RETIRE_AFTER).await;
+                if let Err(error) = store.delete_retired().await {
+                    tracing::warn!(error = %error, "deleting finished journals failed; recovery will");
+                }
+            });
+        }
+    }
+
+    /// Deletes every retired journal now.
+    pub(crate) async fn delete_retired(&self) -> Result<()> {
+        self.retired.scheduled.store(false, Ordering::Release);
+        let lines = self.retired_deletions();
+        self.bulk_with(lines, &[404], false).await.map(|_| ())
+    }
+
+    /// Bulk lines that delete the retired journals (taken: they are sent once).
+    fn retired_deletions(&self) -> Vec<Value> {
+        let index = self.index("commits");
+        self.retired
+            .take()
+            .into_iter()
+            .map(|(tenant, id)| json!({ "delete": { "_index": index, "_id": id, "routing": tenant } }))
+            .collect()
     }
 
     /// Writes a committed plan's inserts, contexts and deletions; every step is
@@ -239,6 +310,7 @@ impl ClusterStore {
         }
         let mut lines = context_lines;
         lines.extend(plan["lines"].as_array().cloned().unwrap_or_default());
+        lines.extend(self.retired_deletions());
         let refresh = plan["refresh"].as_bool().unwrap_or(true);
         self.bulk_with(lines, &[409], refresh).await?;
         for step in plan["deferred"].as_array().into_iter().flatten() {

@@ -78,6 +78,8 @@ pub struct ClusterStore {
     /// The state documents this process last wrote, by scope: the first attempt of a
     /// state change writes on them without reading (compare-and-set still decides).
     states: Arc<std::sync::Mutex<HashMap<String, Versioned>>>,
+    /// Journals of finished ingests, deleted later in one go (see `commit`).
+    retired: Arc<commit::Retired>,
 }
 
 /// Whether the indices are known to be in place: reads and writes wait for it.
@@ -201,6 +203,7 @@ impl ClusterStore {
             replicas: None,
             degraded: Arc::new(RwLock::new(None)),
             states: Arc::default(),
+            retired: Arc::default(),
         })
     }
 

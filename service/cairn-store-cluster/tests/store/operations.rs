@@ -480,3 +480,90 @@ async fn an_ingest_is_read_at_once_and_searched_within_the_refresh_interval() {
         );
     }
 }
+
+/// A plain HTTP request (std only) with `Connection: close`; the answer's body as JSON.
+async fn raw_json(url: &str, method: &str, path: &str) -> Option<serde_json::Value> {
+    let address = url.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&address).ok()?;
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        let (_, body) = answer.split_once("\r\n\r\n")?;
+        serde_json::from_str(body.trim()).ok()
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// How many commit journals the prefix holds, after a refresh.
+async fn journals(url: &str, prefix: &str) -> u64 {
+    raw_json(url, "POST", &format!("/{prefix}-commits/_refresh"))
+        .await
+        .expect("refresh");
+    let counted = raw_json(url, "GET", &format!("/{prefix}-commits/_count"))
+        .await
+        .expect("count");
+    counted["count"].as_u64().expect("a count")
+}
+
+/// An ingest answers before its journal is deleted: the deletion follows on its own
+/// moments later (or with the next bulk), and this process's recovery deletes its own
+/// finished journals instead of taking them for a failed process's.
+#[tokio::test]
+async fn an_ingest_journal_is_retired_after_the_ingest() {
+    use cairn_core::{Change, ChangeSet, Episode, MemoryStore};
+    let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
+        return;
+    };
+    store.bootstrap().await.expect("bootstrap");
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let ingest = |text: &str| {
+        let now = chrono::Utc::now();
+        let episode = Episode {
+            id: cairn_core::new_id("epi"),
+            session_id: Some("s1".into()),
+            text: text.into(),
+            occurred_at: now,
+            ingested_at: now,
+            embedding: Some(vec![0.25, -0.5, 1.0]),
+        };
+        let change_set = ChangeSet::new(cairn_store_tests::audit(&scope, "episode.ingest"))
+            .with(Change::InsertEpisodes(vec![episode.clone()]));
+        (episode, change_set)
+    };
+    let mut ids = Vec::new();
+    for text in ["I live in Porto", "I work at Nimbus", "I like jazz"] {
+        let (episode, change_set) = ingest(text);
+        store.commit(&scope, change_set).await.expect("ingest");
+        ids.push(episode.id);
+    }
+    assert_eq!(
+        store
+            .recover_commits(std::time::Duration::ZERO)
+            .await
+            .expect("recovery"),
+        0,
+        "finished ingests are not taken for left-behind commits"
+    );
+    assert_eq!(journals(&url, store.prefix()).await, 0, "recovery deleted them");
+
+    let (episode, change_set) = ingest("I moved to Lisbon");
+    store.commit(&scope, change_set).await.expect("ingest");
+    ids.push(episode.id);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        journals(&url, store.prefix()).await,
+        0,
+        "the journal is deleted shortly after"
+    );
+    for id in &ids {
+        let read = store.get_episode(&scope, id).await.expect("read");
+        assert!(read.is_some(), "episode {id} was written");
+    }
+}
