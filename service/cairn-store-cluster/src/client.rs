@@ -548,6 +548,17 @@ pub fn failure(path: &str, answer: &Answer) -> Error {
         reason.push_str(cause);
     }
     let message = format!("{path}: {} {reason}", answer.status);
+    if transient(answer.status, error) {
+        Error::Unavailable(message)
+    } else {
+        Error::Storage(message)
+    }
+}
+
+/// Whether an error answer (a whole request's, or one bulk item's) is one a cluster
+/// gives while nodes or shards come and go: a 502-504, a rejection for load (429), or
+/// an error type of [`TRANSIENT`].
+pub fn transient(status: u16, error: &Value) -> bool {
     let types = std::iter::once(&error["type"])
         .chain(
             error["root_cause"]
@@ -558,13 +569,7 @@ pub fn failure(path: &str, answer: &Answer) -> Error {
         )
         .chain(std::iter::once(&error["caused_by"]["type"]))
         .filter_map(Value::as_str);
-    let transient =
-        matches!(answer.status, 502..=504) || types.into_iter().any(|kind| TRANSIENT.contains(&kind));
-    if transient {
-        Error::Unavailable(message)
-    } else {
-        Error::Storage(message)
-    }
+    matches!(status, 429 | 502..=504) || types.into_iter().any(|kind| TRANSIENT.contains(&kind))
 }
 
 #[cfg(test)]
@@ -630,6 +635,14 @@ mod tests {
             json!({ "error": { "type": "mapper_parsing_exception", "reason": "bad field" } }),
         );
         assert!(matches!(failure("/x", &mapping), Error::Storage(_)));
+        // Bulk items carry their own status and error.
+        let item = json!({ "type": "unavailable_shards_exception", "reason": "primary shard is not active" });
+        assert!(transient(503, &item));
+        assert!(transient(
+            429,
+            &json!({ "type": "es_rejected_execution_exception" })
+        ));
+        assert!(!transient(400, &json!({ "type": "document_parsing_exception" })));
     }
 
     #[test]

@@ -217,31 +217,27 @@ impl ClusterStore {
             "tenant": tenant, "user": scope.user().as_str(), "subject": scope.subject(), "id": id,
             "phase": phase, "at": docs::micros(Utc::now()), "plan": recorded,
         });
-        let opened = self
-            .put("commits", &id, tenant, journal.clone(), None, false)
-            .await?;
-        if !opened.ok() {
-            return Err(failure("commits", &opened));
-        }
-        let version = records::written_version(&opened.body)?;
+        let Some(version) = self.write_journal(tenant, &id, &journal, None).await? else {
+            return Err(Error::Storage(format!(
+                "commits: a journal {id} already exists that this commit did not write"
+            )));
+        };
         if !inserts_only {
             if let conflict @ Applied::Conflict { .. } = self.apply_updates(tenant, &plan.updates).await? {
                 self.delete_doc("commits", &id, tenant, None, false).await?;
                 return Ok(conflict);
             }
             journal["phase"] = json!(COMMITTED);
-            let marked = self
-                .put("commits", &id, tenant, journal.clone(), Some(version), false)
-                .await?;
-            if marked.status == 409 {
+            if self
+                .write_journal(tenant, &id, &journal, Some(version))
+                .await?
+                .is_none()
+            {
                 // Recovery took this commit for abandoned and rolls it back; so do we.
                 self.roll_back(tenant, &journal["plan"]["updates"]).await?;
                 return Err(Error::Unavailable(
                     "the commit took too long and was rolled back; nothing was changed".into(),
                 ));
-            }
-            if !marked.ok() {
-                return Err(failure("commits", &marked));
             }
         }
         self.roll_forward(scope, &journal["plan"], plan.context_lines)
@@ -252,6 +248,38 @@ impl ClusterStore {
             self.delete_doc("commits", &id, tenant, None, false).await?;
         }
         Ok(Applied::Done)
+    }
+
+    /// Writes a journal: created when `version` is `None`, else replaced at that
+    /// version. Answers the version written, or `None` when another writer changed it.
+    ///
+    /// When a primary shard is lost mid-write, the cluster repeats the write on the
+    /// promoted copy, which may already hold it, and answers 409 for a write that
+    /// landed. A conflict is therefore checked against the stored journal: the same
+    /// phase and time are this write (journal ids are fresh, and only recovery writes
+    /// another phase), and it stands.
+    async fn write_journal(
+        &self,
+        tenant: &str,
+        id: &str,
+        journal: &Value,
+        version: Option<(i64, i64)>,
+    ) -> Result<Option<(i64, i64)>> {
+        let answer = self
+            .put("commits", id, tenant, journal.clone(), version, false)
+            .await?;
+        if answer.ok() {
+            return records::written_version(&answer.body).map(Some);
+        }
+        if answer.status != 409 {
+            return Err(failure("commits", &answer));
+        }
+        let stored = self.get("commits", id, tenant).await?;
+        Ok(stored
+            .filter(|stored| {
+                stored.source["phase"] == journal["phase"] && stored.source["at"] == journal["at"]
+            })
+            .map(|stored| (stored.seq_no, stored.primary_term)))
     }
 
     /// Leaves a finished ingest's journal to be deleted with the next bulk write, or in

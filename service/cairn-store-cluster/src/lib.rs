@@ -572,16 +572,26 @@ impl ClusterStore {
         }
         let answer = self.cluster.bulk(body, refreshed).await?;
         if answer["errors"] == true {
-            let reason = bulk_results(&answer)
-                .find(|result| {
-                    !result["error"].is_null()
-                        && !result["status"]
-                            .as_u64()
-                            .is_some_and(|status| tolerated.contains(&status))
-                })
-                .map(|result| result["error"].to_string());
-            if let Some(reason) = reason {
-                return Err(Error::Storage(format!("bulk write: {reason}")));
+            let failed = bulk_results(&answer).find(|result| {
+                !result["error"].is_null()
+                    && !result["status"]
+                        .as_u64()
+                        .is_some_and(|status| tolerated.contains(&status))
+            });
+            if let Some(result) = failed {
+                let message = format!("bulk write: {}", result["error"]);
+                let status = result["status"]
+                    .as_u64()
+                    .and_then(|status| u16::try_from(status).ok());
+                // An item failed for a shard on the move, like a whole request, is worth
+                // retrying; what was written stays for recovery to finish.
+                return Err(
+                    if status.is_some_and(|status| client::transient(status, &result["error"])) {
+                        Error::Unavailable(message)
+                    } else {
+                        Error::Storage(message)
+                    },
+                );
             }
         }
         Ok(answer)

@@ -1,7 +1,8 @@
 //! Fault injection: a small HTTP/1.1 proxy in front of the real node fails one chosen
 //! request of a commit, at every point in turn, in two ways: the request never reaches
 //! the node, or it reaches it and the answer is lost. After recovery the store holds
-//! the whole commit or none of it. A third test stalls a commit just before its commit
+//! the whole commit or none of it. Another repeats each journal write, as a node does
+//! when a primary is lost mid-write, and the commit still succeeds. A last test stalls a commit just before its commit
 //! point and lets recovery take it over.
 
 use cairn_core::{
@@ -23,6 +24,9 @@ enum Mode {
     LoseAnswer,
     /// The request waits until released, then goes through.
     Hold,
+    /// The request reaches the node twice and the client gets the second answer, as
+    /// when a node repeats a write on a newly promoted primary that already holds it.
+    Repeat,
 }
 
 #[derive(Default)]
@@ -205,9 +209,18 @@ fn serve(mut client: TcpStream, upstream: &str, control: &Control) -> std::io::R
         };
         stream.write_all(&head)?;
         stream.write_all(&body)?;
-        let Some((answer_head, answer_body)) = read_message(answers, line.starts_with("HEAD "))? else {
+        let Some((mut answer_head, mut answer_body)) = read_message(answers, line.starts_with("HEAD "))?
+        else {
             return Ok(());
         };
+        if mode == Some(Mode::Repeat) {
+            stream.write_all(&head)?;
+            stream.write_all(&body)?;
+            let Some(again) = read_message(answers, line.starts_with("HEAD "))? else {
+                return Ok(());
+            };
+            (answer_head, answer_body) = again;
+        }
         if mode == Some(Mode::LoseAnswer) {
             unavailable(&mut client)?;
         } else {
@@ -387,6 +400,50 @@ async fn a_commit_is_whole_after_a_failure_at_any_point() {
         assert!(
             rolled_back > 0 && committed_after_failure > 0,
             "both outcomes are exercised"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_write_the_node_repeats_still_commits() {
+    let Some((proxy, direct, proxied, _cleanup)) = stores().await else {
+        return;
+    };
+    let rehearsal = cairn_store_tests::scope("acme", "repeat-rehearsal");
+    let world = World::seed(&direct, &rehearsal).await;
+    proxy.arm(usize::MAX, Mode::Repeat);
+    proxied
+        .commit(&rehearsal, world.change_set())
+        .await
+        .expect("rehearsal");
+    let (_, log) = proxy.disarm();
+    let journal_writes: Vec<usize> = log
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| {
+            line.contains("-commits/_create/")
+                || (line.contains("-commits/_doc/") && line.contains("if_seq_no"))
+        })
+        .map(|(index, _)| index)
+        .collect();
+    assert_eq!(
+        journal_writes.len(),
+        2,
+        "the journal is opened and marked committed: {log:#?}"
+    );
+    for (round, point) in journal_writes.into_iter().enumerate() {
+        let scope = cairn_store_tests::scope("acme", &format!("repeat-{round}"));
+        let world = World::seed(&direct, &scope).await;
+        proxy.arm(point, Mode::Repeat);
+        let result = proxied.commit(&scope, world.change_set()).await;
+        let (fired, log) = proxy.disarm();
+        assert!(fired, "request {point} was repeated");
+        result.unwrap_or_else(|error| panic!("{} repeated: {error}", log[point]));
+        assert!(world.whole(&direct, &scope).await, "committed");
+        assert_eq!(
+            direct.recover_commits(Duration::ZERO).await.expect("recovery"),
+            0,
+            "no journal is left behind"
         );
     }
 }
