@@ -1082,6 +1082,10 @@ export interface components {
              * @description The reranker's score, when a reranker rescored this hit.
              */
             rerank_score?: number | null;
+            /** @description The id of a newer current fact that holds the same single-valued slot (home,
+             *     employer, diet, ...) with another value: this fact may be outdated, and ranks
+             *     after every hit not so marked. */
+            possibly_outdated_by?: string | null;
         };
         AnswerBody: {
             query: string;

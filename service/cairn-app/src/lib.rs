@@ -129,18 +129,25 @@ pub struct Cairn {
     settings: Settings,
     /// Uses noted by recalls, written in batches by [`Cairn::flush_usage`].
     usage: Arc<UsageLog>,
+    /// Single-valued slots by meaning, which recall uses to notice two current facts
+    /// holding one slot (with the embedder; see `recall.rs`).
+    slots: Option<Arc<cairn_offline::SlotMeaning>>,
 }
 
 impl Cairn {
     /// The service over a store, with an embedder for the vector legs (without one,
     /// records are stored unembedded and recall runs on the text legs alone).
     pub fn new(store: Arc<dyn MemoryStore>, embedder: Option<Arc<dyn Embedder>>, settings: Settings) -> Self {
+        let slots = embedder
+            .clone()
+            .map(|embedder| Arc::new(cairn_offline::SlotMeaning::new(embedder)));
         Cairn {
             store,
             consolidator: Consolidator::offline(embedder.clone()),
             embedder,
             reranker: None,
             answerer: None,
+            slots,
             settings,
             usage: Arc::default(),
         }

@@ -214,6 +214,10 @@ pub struct Explanation {
     pub prior: f64,
     /// The reranker's score, when a reranker rescored this hit.
     pub rerank_score: Option<f64>,
+    /// A newer current fact that holds the same single-valued slot with another value
+    /// (see [`Cairn::demote_conflicts`]): this one may be outdated, and ranks after
+    /// every hit not so marked.
+    pub possibly_outdated_by: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -303,7 +307,11 @@ impl Cairn {
             filters
                 .iter()
                 .map(|filter| VectorQuery {
-                    filter: filter.clone(),
+                    // Facts found by meaning bring their vectors, for the slot check.
+                    filter: SearchFilter {
+                        with_vectors: self.slots.is_some() && filter.tier == Tier::Semantic,
+                        ..filter.clone()
+                    },
                     vector: vector.clone(),
                 })
                 .collect()
@@ -336,6 +344,11 @@ impl Cairn {
                     let entry = fused
                         .entry(hit.memory.id().to_owned())
                         .or_insert_with(|| (hit.memory.clone(), Explanation::default()));
+                    if let (Memory::Fact(kept), Memory::Fact(found)) = (&mut entry.0, &hit.memory)
+                        && kept.embedding.is_none()
+                    {
+                        kept.embedding.clone_from(&found.embedding);
+                    }
                     match leg {
                         Leg::Bm25 => {
                             entry.1.bm25_rank = Some(rank);
@@ -397,7 +410,13 @@ impl Cairn {
                 .then_with(|| left.memory.id().cmp(right.memory.id()))
         });
         self.rerank(&query, &mut hits).await;
+        self.demote_conflicts(&mut hits).await;
         hits.truncate(k);
+        for hit in &mut hits {
+            if let Memory::Fact(fact) = &mut hit.memory {
+                fact.embedding = None;
+            }
+        }
         if !counted_early {
             let mut memories: Vec<&mut Memory> = hits.iter_mut().map(|hit| &mut hit.memory).collect();
             self.store.apply_usage(scope, &mut memories).await?;
@@ -417,6 +436,102 @@ impl Cairn {
         }
         Ok(RecallResult { hits, as_of })
     }
+}
+
+/// How many of the best hits are checked for two current facts holding one slot.
+const CONFLICT_WINDOW: usize = 20;
+
+impl Cairn {
+    /// When two current facts among the best hits hold the same single-valued slot of
+    /// the user (by meaning: home, employer, diet, ...; see `cairn_offline::SlotMeaning`)
+    /// with different values, the one stated earlier may be outdated: consolidation
+    /// replaces a fact only on a clear sign of change, and what it missed is ranked
+    /// here, the newer first. The older is marked in its explanation and moves after
+    /// every hit not so marked; it is still returned when there is room. Facts about
+    /// someone else, events, and a newer statement that repeats the older's value are
+    /// no conflict.
+    async fn demote_conflicts(&self, hits: &mut Vec<RecallHit>) {
+        let Some(slots) = &self.slots else {
+            return;
+        };
+        let mut held: Vec<(usize, &'static str)> = Vec::new();
+        for (index, hit) in hits.iter().enumerate().take(CONFLICT_WINDOW) {
+            let Memory::Fact(fact) = &hit.memory else {
+                continue;
+            };
+            let Some(vector) = fact.embedding.as_deref() else {
+                continue;
+            };
+            if hit.status != FactStatus::Active || cairn_offline::language::mentions_someone(&fact.text) {
+                continue;
+            }
+            match slots.slot_of_vector(vector).await {
+                Ok(Some(slot)) => held.push((index, slot)),
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(error = %error, "slot check skipped");
+                    return;
+                }
+            }
+        }
+        let fact_at = |index: usize| match &hits[index].memory {
+            Memory::Fact(fact) => Some(fact),
+            Memory::Episode(_) | Memory::Playbook(_) => None,
+        };
+        let mut outdated: HashMap<usize, String> = HashMap::new();
+        for &(older, slot) in &held {
+            let Some(old) = fact_at(older).filter(|fact| fact.fact_type != FactType::Event) else {
+                continue;
+            };
+            let newer = held
+                .iter()
+                .filter(|(other, theirs)| *other != older && *theirs == slot)
+                .filter_map(|(other, _)| fact_at(*other))
+                .filter(|new| stated_at(new) > stated_at(old) && !repeats_value(old, new))
+                .max_by_key(|new| stated_at(new));
+            if let Some(newer) = newer {
+                outdated.insert(older, newer.id.clone());
+            }
+        }
+        if outdated.is_empty() {
+            return;
+        }
+        let (mut kept, mut demoted) = (Vec::new(), Vec::new());
+        for (index, mut hit) in hits.drain(..).enumerate() {
+            match outdated.remove(&index) {
+                Some(by) => {
+                    hit.explanation
+                        .get_or_insert_with(Explanation::default)
+                        .possibly_outdated_by = Some(by);
+                    demoted.push(hit);
+                }
+                None => kept.push(hit),
+            }
+        }
+        kept.append(&mut demoted);
+        *hits = kept;
+    }
+}
+
+/// When a fact became true as stated: its event time, else when it was written.
+fn stated_at(fact: &cairn_core::Fact) -> DateTime<Utc> {
+    fact.valid_from.unwrap_or(fact.created_at)
+}
+
+/// Whether `new` can stand beside `old`: it still names every word of `old`'s value
+/// (the words other than the slot's own), repeats one of its names ("my Berlin flat"
+/// beside "between Madrid and Berlin"), or says it adds to it ("also", "as well").
+fn repeats_value(old: &cairn_core::Fact, new: &cairn_core::Fact) -> bool {
+    use cairn_offline::language;
+    let words = language::content_tokens(&new.text);
+    let all_words = language::content_tokens(&old.text)
+        .iter()
+        .filter(|token| !language::is_slot_word(token))
+        .all(|token| words.contains(token));
+    let names = language::names(&new.text);
+    all_words
+        || language::names(&old.text).iter().any(|name| names.contains(name))
+        || language::adds_to(&new.text)
 }
 
 /// The text a memory is searched and shown by.

@@ -1129,6 +1129,22 @@ pub fn names_another_value(candidate: &str, old: &str) -> bool {
     ours.iter().any(|name| !theirs.contains(name)) && theirs.iter().any(|name| !ours.contains(name))
 }
 
+/// Whether `text` presents itself as an addition to what was said before ("also
+/// allergic to shellfish", "spicy ramen too", "pottery classes as well", "another
+/// flat"): a second value beside the first, not in its place.
+pub fn adds_to(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = lower
+        .split_whitespace()
+        .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric()))
+        .collect();
+    words
+        .iter()
+        .any(|word| matches!(*word, "also" | "too" | "another" | "additionally" | "besides"))
+        || contains_phrase(&lower, "as well")
+        || contains_phrase(&lower, "in addition")
+}
+
 /// Whether `text` presents something as new ("my new ThinkPad", "our new place").
 pub fn says_new(text: &str) -> bool {
     text.split_whitespace().any(|word| {

@@ -18,4 +18,5 @@ pub mod language;
 mod meaning;
 mod offline;
 
+pub use meaning::SlotMeaning;
 pub use offline::{OfflineExtractor, OfflineJudge};

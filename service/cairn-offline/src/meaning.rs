@@ -6,8 +6,9 @@
 //!
 //! A statement is in a slot when its cosine to the slot's closest prototype is at least
 //! [`IN_SLOT`] and beats every other slot's by [`MARGIN`]. Only attributes that hold one
-//! value at a time are here: hobbies, languages spoken or frameworks used can be several
-//! at once, and are left to the rules.
+//! value at a time are slots: hobbies, allergies, likes or languages spoken can be
+//! several at once. They are described too, so that a statement closest to one of them
+//! is in no slot; the rest is left to the rules.
 
 use cairn_core::{Embedder, Result, cosine};
 use std::sync::{Arc, OnceLock};
@@ -143,14 +144,55 @@ const SLOTS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Attributes that hold several values at once, described the same way: a statement
+/// closest to one of them is in no single-valued slot ("also allergic to shellfish" is
+/// nearer allergies than diet; "started pottery classes" nearer hobbies than the gym).
+const MANY: &[(&str, &[&str])] = &[
+    (
+        "allergies",
+        &[
+            "The user is allergic to peanuts.",
+            "The user has a shellfish allergy.",
+        ],
+    ),
+    (
+        "likes",
+        &[
+            "The user loves sushi.",
+            "The user likes spicy food.",
+            "The user enjoys jazz music.",
+        ],
+    ),
+    (
+        "hobbies",
+        &[
+            "The user plays the guitar.",
+            "The user has taken up pottery classes.",
+            "The user enjoys hiking at weekends.",
+        ],
+    ),
+    (
+        "languages",
+        &["The user speaks Spanish.", "The user is learning Japanese."],
+    ),
+];
+
 /// The least cosine to a slot's closest prototype for a statement to be in the slot.
 pub const IN_SLOT: f32 = 0.4;
 
 /// How far the closest slot must beat the next one.
 pub const MARGIN: f32 = 0.1;
 
-/// A slot's name and its prototypes' vectors.
-type Prototypes = Vec<(&'static str, Vec<Vec<f32>>)>;
+/// A slot's name, whether it holds one value at a time, and its prototypes' vectors.
+type Prototypes = Vec<(&'static str, bool, Vec<Vec<f32>>)>;
+
+/// Every attribute with whether it is single-valued.
+fn attributes() -> impl Iterator<Item = (&'static str, bool, &'static [&'static str])> {
+    SLOTS
+        .iter()
+        .map(|(name, statements)| (*name, true, *statements))
+        .chain(MANY.iter().map(|(name, statements)| (*name, false, *statements)))
+}
 
 /// The slots' prototypes with the embedder that made them, embedded on first use.
 pub struct SlotMeaning {
@@ -175,18 +217,18 @@ impl SlotMeaning {
         }
     }
 
-    async fn prototypes(&self) -> Result<&[(&'static str, Vec<Vec<f32>>)]> {
+    async fn prototypes(&self) -> Result<&[(&'static str, bool, Vec<Vec<f32>>)]> {
         if let Some(prototypes) = self.prototypes.get() {
             return Ok(prototypes);
         }
-        let texts: Vec<String> = SLOTS
-            .iter()
-            .flat_map(|(_, statements)| statements.iter().map(|statement| (*statement).to_owned()))
+        let texts: Vec<String> = attributes()
+            .flat_map(|(_, _, statements)| statements.iter().map(|statement| (*statement).to_owned()))
             .collect();
         let mut vectors = self.embedder.embed(texts).await?.into_iter();
-        let embedded: Prototypes = SLOTS
-            .iter()
-            .map(|(name, statements)| (*name, vectors.by_ref().take(statements.len()).collect()))
+        let embedded: Prototypes = attributes()
+            .map(|(name, single, statements)| {
+                (name, single, vectors.by_ref().take(statements.len()).collect())
+            })
             .collect();
         // Two first uses at once embed twice; either result is the same.
         let _ = self.prototypes.set(embedded);
@@ -204,22 +246,31 @@ impl SlotMeaning {
     }
 }
 
-/// The slot a statement's vector is clearly in.
-fn slot_of(vector: &[f32], prototypes: &[(&'static str, Vec<Vec<f32>>)]) -> Option<&'static str> {
-    let mut scored: Vec<(f32, &'static str)> = prototypes
+impl SlotMeaning {
+    /// The slot of a statement already embedded with this model (a stored fact's
+    /// vector), or `None` where no slot is clearly its own.
+    pub async fn slot_of_vector(&self, vector: &[f32]) -> Result<Option<&'static str>> {
+        Ok(slot_of(vector, self.prototypes().await?))
+    }
+}
+
+/// The single-valued slot a statement's vector is clearly in: closest to it by
+/// [`MARGIN`] over every other attribute, several-valued ones included.
+fn slot_of(vector: &[f32], prototypes: &[(&'static str, bool, Vec<Vec<f32>>)]) -> Option<&'static str> {
+    let mut scored: Vec<(f32, &'static str, bool)> = prototypes
         .iter()
-        .map(|(name, examples)| {
+        .map(|(name, single, examples)| {
             let best = examples
                 .iter()
                 .map(|example| cosine(vector, example))
                 .fold(f32::MIN, f32::max);
-            (best, *name)
+            (best, *name, *single)
         })
         .collect();
     scored.sort_by(|left, right| right.0.total_cmp(&left.0));
     match scored.as_slice() {
-        [(best, name), (next, _), ..] if *best >= IN_SLOT && best - next >= MARGIN => Some(name),
-        [(best, name)] if *best >= IN_SLOT => Some(name),
+        [(best, name, true), (next, _, _), ..] if *best >= IN_SLOT && best - next >= MARGIN => Some(name),
+        [(best, name, true)] if *best >= IN_SLOT => Some(name),
         _ => None,
     }
 }
@@ -231,13 +282,16 @@ mod tests {
     #[test]
     fn a_statement_is_in_a_slot_only_when_it_is_clearly_closest() {
         let prototypes = vec![
-            ("home", vec![vec![1.0, 0.0, 0.0]]),
-            ("employer", vec![vec![0.0, 1.0, 0.0]]),
+            ("home", true, vec![vec![1.0, 0.0, 0.0, 0.0]]),
+            ("employer", true, vec![vec![0.0, 1.0, 0.0, 0.0]]),
+            ("hobbies", false, vec![vec![0.0, 0.0, 0.0, 1.0]]),
         ];
-        assert_eq!(slot_of(&[0.9, 0.1, 0.0], &prototypes), Some("home"));
+        assert_eq!(slot_of(&[0.9, 0.1, 0.0, 0.0], &prototypes), Some("home"));
         // Close to both.
-        assert_eq!(slot_of(&[0.7, 0.7, 0.0], &prototypes), None);
+        assert_eq!(slot_of(&[0.7, 0.7, 0.0, 0.0], &prototypes), None);
         // Close to neither.
-        assert_eq!(slot_of(&[0.1, 0.1, 0.99], &prototypes), None);
+        assert_eq!(slot_of(&[0.1, 0.1, 0.99, 0.0], &prototypes), None);
+        // Closest to an attribute that holds several values.
+        assert_eq!(slot_of(&[0.3, 0.0, 0.0, 0.95], &prototypes), None);
     }
 }

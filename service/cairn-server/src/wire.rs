@@ -902,6 +902,10 @@ pub struct ExplanationResponse {
     pub prior: f64,
     /// The reranker's score, when a reranker rescored this hit.
     pub rerank_score: Option<f64>,
+    /// The id of a newer current fact that holds the same single-valued slot (home,
+    /// employer, diet, ...) with another value: this fact may be outdated, and ranks
+    /// after every hit not so marked.
+    pub possibly_outdated_by: Option<String>,
 }
 
 fn explanation(explanation: &Explanation) -> ExplanationResponse {
@@ -913,6 +917,7 @@ fn explanation(explanation: &Explanation) -> ExplanationResponse {
         fused_score: explanation.fused_score,
         prior: explanation.prior,
         rerank_score: explanation.rerank_score,
+        possibly_outdated_by: explanation.possibly_outdated_by.clone(),
     }
 }
 

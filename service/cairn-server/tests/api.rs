@@ -2141,3 +2141,76 @@ async fn a_local_cross_encoder_rescores_hits() {
         "hits are ordered by the reranker: {scores:?}"
     );
 }
+
+/// Two current facts in one single-valued slot: recall ranks the later statement first
+/// and marks the earlier one as possibly outdated; two values of an attribute that holds
+/// several ("also allergic to shellfish") are no conflict.
+#[actix_web::test]
+async fn recall_marks_the_earlier_of_two_values_in_one_slot() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let bearer = token("acme", ALL);
+    let say = |user: &'static str, text: &'static str, at: &'static str| {
+        let bearer = bearer.clone();
+        async move {
+            let (status, body, _) = call(
+                service,
+                Method::POST,
+                &format!("/v1/users/{user}/episodes"),
+                Some(&bearer),
+                Some(json!({ "messages": [{ "role": "user", "content": text, "timestamp": at }], "consolidate": "sync" })),
+            )
+            .await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+    };
+    let recall = |user: &'static str, query: &'static str| {
+        let bearer = bearer.clone();
+        async move {
+            let (status, body, _) = call(
+                service,
+                Method::POST,
+                &format!("/v1/users/{user}/recall"),
+                Some(&bearer),
+                Some(json!({ "query": query, "k": 5, "tiers": ["semantic"], "explain": true })),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            body["hits"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    say("u1", "I smoke about ten cigarettes a day", "2026-01-05T09:00:00Z").await;
+    say(
+        "u1",
+        "It's been a month since my last cigarette",
+        "2026-03-05T09:00:00Z",
+    )
+    .await;
+    let hits = recall("u1", "does the user smoke").await;
+    let position = |needle: &str| {
+        hits.iter()
+            .position(|hit| hit["text"].as_str().is_some_and(|text| text.contains(needle)))
+    };
+    let (Some(earlier), Some(later)) = (position("ten cigarettes"), position("last cigarette")) else {
+        panic!("both statements are current facts: {hits:#?}");
+    };
+    assert!(later < earlier, "{hits:#?}");
+    assert_eq!(
+        hits[earlier]["explain"]["possibly_outdated_by"], hits[later]["id"],
+        "{hits:#?}"
+    );
+    assert!(
+        hits[later]["explain"]["possibly_outdated_by"].is_null(),
+        "{hits:#?}"
+    );
+
+    say("u2", "I am allergic to peanuts", "2026-01-05T09:00:00Z").await;
+    say("u2", "I'm also allergic to shellfish", "2026-03-05T09:00:00Z").await;
+    let hits = recall("u2", "what food allergies does the user have").await;
+    assert!(hits.len() >= 2, "{hits:#?}");
+    assert!(
+        hits.iter()
+            .all(|hit| hit["explain"]["possibly_outdated_by"].is_null()),
+        "{hits:#?}"
+    );
+}

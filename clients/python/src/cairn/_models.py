@@ -123,6 +123,7 @@ class Explanation:
     knn_rank: Optional[int] = None
     knn_similarity: Optional[float] = None
     rerank_score: Optional[float] = None
+    possibly_outdated_by: Optional[str] = None
 
 
 @dataclass
