@@ -487,7 +487,7 @@ impl Cairn {
                 .iter()
                 .filter(|(other, theirs)| *other != older && *theirs == slot)
                 .filter_map(|(other, _)| fact_at(*other))
-                .filter(|new| stated_at(new) > stated_at(old) && !repeats_value(old, new))
+                .filter(|new| stated_at(new) > stated_at(old) && !stands_beside(old, new))
                 .max_by_key(|new| stated_at(new));
             if let Some(newer) = newer {
                 outdated.insert(older, newer.id.clone());
@@ -519,17 +519,12 @@ fn stated_at(fact: &cairn_core::Fact) -> DateTime<Utc> {
 }
 
 /// Whether `new` can stand beside `old`: it still names every word of `old`'s value
-/// (the words other than the slot's own), repeats one of its names ("my Berlin flat"
-/// beside "between Madrid and Berlin"), or says it adds to it ("also", "as well").
-fn repeats_value(old: &cairn_core::Fact, new: &cairn_core::Fact) -> bool {
+/// (`language::repeats_value`), repeats one of its names ("my Berlin flat" beside
+/// "between Madrid and Berlin"), or says it adds to it ("also", "as well").
+fn stands_beside(old: &cairn_core::Fact, new: &cairn_core::Fact) -> bool {
     use cairn_offline::language;
-    let words = language::content_tokens(&new.text);
-    let all_words = language::content_tokens(&old.text)
-        .iter()
-        .filter(|token| !language::is_slot_word(token))
-        .all(|token| words.contains(token));
     let names = language::names(&new.text);
-    all_words
+    language::repeats_value(&new.text, &old.text)
         || language::names(&old.text).iter().any(|name| names.contains(name))
         || language::adds_to(&new.text)
 }

@@ -1129,6 +1129,16 @@ pub fn names_another_value(candidate: &str, old: &str) -> bool {
     ours.iter().any(|name| !theirs.contains(name)) && theirs.iter().any(|name| !ours.contains(name))
 }
 
+/// Whether `candidate` still names every word of `old`'s value (its content words other
+/// than slot words): a restatement or a detail of the same value, not another one.
+pub fn repeats_value(candidate: &str, old: &str) -> bool {
+    let words = content_tokens(candidate);
+    content_tokens(old)
+        .iter()
+        .filter(|token| !is_slot_word(token))
+        .all(|token| words.contains(token))
+}
+
 /// Whether `text` presents itself as an addition to what was said before ("also
 /// allergic to shellfish", "spicy ramen too", "pottery classes as well", "another
 /// flat"): a second value beside the first, not in its place.

@@ -694,12 +694,8 @@ impl OfflineJudge {
         let Some(Some(slot)) = slots.first() else {
             return Ok(None);
         };
-        let candidate_tokens = language::content_tokens(&candidate.text);
         Ok(lasting.iter().zip(&slots[1..]).find_map(|(shown_fact, theirs)| {
-            let repeats = language::content_tokens(&shown_fact.fact.text)
-                .iter()
-                .filter(|token| !language::is_slot_word(token))
-                .all(|token| candidate_tokens.contains(token));
+            let repeats = language::repeats_value(&candidate.text, &shown_fact.fact.text);
             (*theirs == Some(*slot) && !repeats).then_some((*shown_fact, *slot))
         }))
     }
@@ -735,7 +731,6 @@ impl Judge for OfflineJudge {
         );
         let candidate_slot = language::slot_among(&candidate.text, &known);
         let changing = language::announces_change(&candidate.text);
-        let candidate_tokens = language::content_tokens(&candidate.text);
         let mut ranked: Vec<&ShownFact> = shown.iter().collect();
         ranked.sort_by(|a, b| {
             b.similarity
@@ -856,11 +851,7 @@ impl Judge for OfflineJudge {
                 if language::slot_among(&shown_fact.fact.text, &known).as_ref() != Some(slot) {
                     continue;
                 }
-                let old_tokens = language::content_tokens(&shown_fact.fact.text);
-                let keeps_value = old_tokens
-                    .iter()
-                    .filter(|token| !language::is_slot_word(token))
-                    .all(|token| candidate_tokens.contains(token));
+                let keeps_value = language::repeats_value(&candidate.text, &shown_fact.fact.text);
                 let event_meets_lasting =
                     candidate.fact_type == FactType::Event && shown_fact.fact.fact_type != FactType::Event;
                 let alias = shown_fact.alias.clone();

@@ -1372,3 +1372,61 @@ async fn a_spent_token_budget_defers_background_runs_and_refuses_explicit_ones()
     worker.abort();
     assert_eq!(facts!(&service, &other, "ines").len(), 1);
 }
+
+/// Two current facts in one single-valued slot: recall ranks the later statement first
+/// and marks the earlier one as possibly outdated; two values of an attribute that holds
+/// several ("also allergic to shellfish") are no conflict.
+#[actix_web::test]
+async fn recall_marks_the_earlier_of_two_values_in_one_slot() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let bearer = token("acme", ALL);
+    let recall = |user: &'static str, query: &'static str| {
+        let bearer = bearer.clone();
+        async move {
+            let (status, body, _) = call(
+                service,
+                Method::POST,
+                &format!("/v1/users/{user}/recall"),
+                Some(&bearer),
+                Some(json!({ "query": query, "k": 5, "tiers": ["semantic"], "explain": true })),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            body["hits"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    ingest!(service, &bearer, "u1", [{ "role": "user", "content": "I smoke about ten cigarettes a day",
+        "timestamp": "2026-01-05T09:00:00Z" }]);
+    ingest!(service, &bearer, "u1", [{ "role": "user", "content": "It's been a month since my last cigarette",
+        "timestamp": "2026-03-05T09:00:00Z" }]);
+    let hits = recall("u1", "does the user smoke").await;
+    let position = |needle: &str| {
+        hits.iter()
+            .position(|hit| hit["text"].as_str().is_some_and(|text| text.contains(needle)))
+    };
+    let (Some(earlier), Some(later)) = (position("ten cigarettes"), position("last cigarette")) else {
+        panic!("both statements are current facts: {hits:#?}");
+    };
+    assert!(later < earlier, "{hits:#?}");
+    assert_eq!(
+        hits[earlier]["explain"]["possibly_outdated_by"], hits[later]["id"],
+        "{hits:#?}"
+    );
+    assert!(
+        hits[later]["explain"]["possibly_outdated_by"].is_null(),
+        "{hits:#?}"
+    );
+
+    ingest!(service, &bearer, "u2", [{ "role": "user", "content": "I am allergic to peanuts",
+        "timestamp": "2026-01-05T09:00:00Z" }]);
+    ingest!(service, &bearer, "u2", [{ "role": "user", "content": "I'm also allergic to shellfish",
+        "timestamp": "2026-03-05T09:00:00Z" }]);
+    let hits = recall("u2", "what food allergies does the user have").await;
+    assert!(hits.len() >= 2, "{hits:#?}");
+    assert!(
+        hits.iter()
+            .all(|hit| hit["explain"]["possibly_outdated_by"].is_null()),
+        "{hits:#?}"
+    );
+}

@@ -2,8 +2,8 @@
 //! request of a commit, at every point in turn, in two ways: the request never reaches
 //! the node, or it reaches it and the answer is lost. After recovery the store holds
 //! the whole commit or none of it. Another repeats each journal write, as a node does
-//! when a primary is lost mid-write, and the commit still succeeds. A last test stalls a commit just before its commit
-//! point and lets recovery take it over.
+//! when a primary is lost mid-write, and the commit still succeeds. A last test stalls
+//! a commit just before its commit point and lets recovery take it over.
 
 use cairn_core::{
     AuditEvent, Change, ChangeSet, Decision, DecisionKind, Error, Fact, FactStatus, MemoryStore, PageRequest,
@@ -404,26 +404,35 @@ async fn a_commit_is_whole_after_a_failure_at_any_point() {
     }
 }
 
+/// The request lines of a clean commit of the tests' shape, in order, for a fresh
+/// scope of `user`: which request is which, for arming a fault at one of them.
+async fn rehearse(proxy: &Proxy, direct: &ClusterStore, proxied: &ClusterStore, user: &str) -> Vec<String> {
+    let scope = cairn_store_tests::scope("acme", user);
+    let world = World::seed(direct, &scope).await;
+    proxy.arm(usize::MAX, Mode::Refuse);
+    proxied
+        .commit(&scope, world.change_set())
+        .await
+        .expect("rehearsal");
+    proxy.disarm().1
+}
+
+/// Whether a request line is the commit point: the journal marked committed by
+/// compare-and-set.
+fn is_commit_point(line: &str) -> bool {
+    line.contains("-commits/_doc/") && line.contains("if_seq_no")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_journal_write_the_node_repeats_still_commits() {
     let Some((proxy, direct, proxied, _cleanup)) = stores().await else {
         return;
     };
-    let rehearsal = cairn_store_tests::scope("acme", "repeat-rehearsal");
-    let world = World::seed(&direct, &rehearsal).await;
-    proxy.arm(usize::MAX, Mode::Repeat);
-    proxied
-        .commit(&rehearsal, world.change_set())
-        .await
-        .expect("rehearsal");
-    let (_, log) = proxy.disarm();
+    let log = rehearse(&proxy, &direct, &proxied, "repeat-rehearsal").await;
     let journal_writes: Vec<usize> = log
         .iter()
         .enumerate()
-        .filter(|(_, line)| {
-            line.contains("-commits/_create/")
-                || (line.contains("-commits/_doc/") && line.contains("if_seq_no"))
-        })
+        .filter(|(_, line)| line.contains("-commits/_create/") || is_commit_point(line))
         .map(|(index, _)| index)
         .collect();
     assert_eq!(
@@ -454,17 +463,10 @@ async fn recovery_takes_over_a_commit_stalled_before_its_commit_point() {
         return;
     };
     // A clean run of the same shape shows which request is the commit point.
-    let rehearsal = cairn_store_tests::scope("acme", "rehearsal");
-    let world = World::seed(&direct, &rehearsal).await;
-    proxy.arm(usize::MAX, Mode::Hold);
-    proxied
-        .commit(&rehearsal, world.change_set())
-        .await
-        .expect("rehearsal");
-    let (_, log) = proxy.disarm();
+    let log = rehearse(&proxy, &direct, &proxied, "rehearsal").await;
     let commit_point = log
         .iter()
-        .position(|line| line.contains("-commits/_doc/") && line.contains("if_seq_no"))
+        .position(|line| is_commit_point(line))
         .expect("the journal is marked committed by compare-and-set");
 
     let scope = cairn_store_tests::scope("acme", "alice");
