@@ -279,10 +279,9 @@ impl Cairn {
                 with_vectors: false,
             })
             .collect();
-        // A leg with no weight cannot change the ranking, so it is not run. The store
-        // gets every leg of the recall at once: a store that searches them in one request
-        // (a cluster's `_msearch`) gets them after the query embedding; otherwise the text
-        // legs run while the query is embedded.
+        // A leg with no weight cannot change the ranking, so it is not run. The text legs
+        // are searched while the query is embedded (on a cluster, the text legs of every
+        // tier in one `_msearch`, then the vector legs in another).
         let text_queries: Vec<TextQuery> = if weights.0 > 0.0 {
             filters
                 .iter()
@@ -316,16 +315,13 @@ impl Cairn {
                 })
                 .collect()
         };
-        let (text_legs, vector_legs) = if self.store.searches_legs_together() {
+        let vector_legs = async {
             let vectors = vector_queries(embedding.await?);
-            self.store.search_legs(scope, &text_queries, &vectors).await?
-        } else {
-            let vector_legs = async {
-                let vectors = vector_queries(embedding.await?);
-                self.store.search_vectors(scope, &vectors).await
-            };
-            futures_util::future::try_join(self.store.search_texts(scope, &text_queries), vector_legs).await?
+            self.store.search_vectors(scope, &vectors).await
         };
+        let (text_legs, vector_legs) =
+            futures_util::future::try_join(self.store.search_texts(scope, &text_queries), vector_legs)
+                .await?;
         let text_legs = legs_or_empty(text_legs, filters.len());
         let vector_legs = legs_or_empty(vector_legs, filters.len());
         let mut fused: HashMap<String, (Memory, Explanation)> = HashMap::new();

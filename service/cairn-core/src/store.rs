@@ -478,14 +478,6 @@ pub trait MemoryStore: Send + Sync + 'static {
         .await
     }
 
-    /// Whether [`MemoryStore::search_legs`] sends every leg in one request (a cluster's
-    /// `_msearch`). Recall then embeds the query before searching, instead of running the
-    /// text legs while it embeds: one round trip, and the legs run side by side on the
-    /// cluster.
-    fn searches_legs_together(&self) -> bool {
-        false
-    }
-
     /// Records which embedding model and dimension the stored vectors use, or checks
     /// that they match what was recorded before (a mismatch is an error: vectors of two
     /// models cannot be compared).

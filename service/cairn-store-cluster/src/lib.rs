@@ -1196,10 +1196,6 @@ impl MemoryStore for ClusterStore {
         Ok((text_legs, vector_legs))
     }
 
-    fn searches_legs_together(&self) -> bool {
-        true
-    }
-
     async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()> {
         let body = json!({ "id": "embedding-space", "model_id": model_id, "dimension": dimension });
         let answer = self

@@ -19,11 +19,11 @@ pub fn scope_filter(scope: &Scope) -> Vec<Value> {
     ]
 }
 
-fn missing_or(field: &str, condition: Value) -> Value {
-    json!({ "bool": { "should": [
-        { "bool": { "must_not": { "exists": { "field": field } } } },
-        condition
-    ], "minimum_should_match": 1 } })
+/// None of `conditions` holds. A record matches when the field a condition reads is
+/// missing, so "missing, or after `t`" is written as "not at or before `t`": the node
+/// checks the few records that hold the field instead of testing every record for it.
+fn none_of(conditions: Vec<Value>) -> Value {
+    json!({ "bool": { "must_not": conditions } })
 }
 
 /// Scope plus currency at `as_of` for one tier: the same conditions as the embedded
@@ -42,30 +42,20 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
             };
             conditions.push(json!({ "terms": { "status": statuses } }));
             conditions.push(json!({ "range": { "created_at": { "lte": as_of } } }));
-            conditions.push(missing_or(
-                "expires_at",
-                json!({ "range": { "expires_at": { "gt": event } } }),
-            ));
-            conditions.push(missing_or(
-                "valid_from",
-                json!({ "range": { "valid_from": { "lte": event } } }),
-            ));
+            // Not expired, already valid and, unless history is asked for, not ended or
+            // superseded: a missing time is no bound.
+            let mut ended = vec![
+                json!({ "range": { "expires_at": { "lte": event } } }),
+                json!({ "range": { "valid_from": { "gt": event } } }),
+            ];
             if filter.valid_at.is_some() {
                 // What held then, whether or not it has been superseded since.
-                conditions.push(missing_or(
-                    "valid_to",
-                    json!({ "range": { "valid_to": { "gt": event } } }),
-                ));
+                ended.push(json!({ "range": { "valid_to": { "lte": event } } }));
             } else if !filter.include_history {
-                conditions.push(missing_or(
-                    "valid_to",
-                    json!({ "range": { "valid_to": { "gt": as_of } } }),
-                ));
-                conditions.push(missing_or(
-                    "superseded_at",
-                    json!({ "range": { "superseded_at": { "gt": as_of } } }),
-                ));
+                ended.push(json!({ "range": { "valid_to": { "lte": as_of } } }));
+                ended.push(json!({ "range": { "superseded_at": { "lte": as_of } } }));
             }
+            conditions.push(none_of(ended));
             if !filter.fact_types.is_empty() {
                 let types: Vec<&str> = filter.fact_types.iter().map(|kind| kind.as_str()).collect();
                 conditions.push(json!({ "terms": { "fact_type": types } }));
@@ -262,28 +252,20 @@ pub fn due_jobs(now: i64, after_tenant: Option<&str>, size: usize) -> Value {
 /// Facts by their status at `as_of` (`None`: every status).
 pub fn status_condition(status: Option<cairn_core::FactStatus>, as_of: i64) -> Vec<Value> {
     use cairn_core::FactStatus;
-    let current = || {
+    // Current at `as_of`: not superseded by then, nor ended as `ended` says.
+    let current = |mut ended: Vec<Value>| {
+        ended.push(json!({ "range": { "superseded_at": { "lte": as_of } } }));
         vec![
             json!({ "terms": { "status": ["active", "superseded"] } }),
             json!({ "range": { "created_at": { "lte": as_of } } }),
-            missing_or(
-                "superseded_at",
-                json!({ "range": { "superseded_at": { "gt": as_of } } }),
-            ),
+            none_of(ended),
         ]
     };
     match status {
         None => Vec::new(),
-        Some(FactStatus::Active) => {
-            let mut conditions = current();
-            conditions.push(missing_or(
-                "expires_at",
-                json!({ "range": { "expires_at": { "gt": as_of } } }),
-            ));
-            conditions
-        }
+        Some(FactStatus::Active) => current(vec![json!({ "range": { "expires_at": { "lte": as_of } } })]),
         Some(FactStatus::Expired) => {
-            let mut conditions = current();
+            let mut conditions = current(Vec::new());
             conditions.push(json!({ "range": { "expires_at": { "lte": as_of } } }));
             conditions
         }
