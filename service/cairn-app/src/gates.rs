@@ -41,14 +41,32 @@ impl Vocabulary {
 /// Gate 1, grounding: names, numbers, versions and rare words of a candidate must come
 /// from the user's own episodes. One that only the assistant said is the classic
 /// invented memory; one nobody said (a model's embellishment, or an assistant turn no
-/// longer at hand when old episodes are re-read) is dropped as well. `Err` holds why.
+/// longer at hand when old episodes are re-read) is dropped as well. So is a candidate
+/// of common words none of which the user said ("The user loves science fiction" from
+/// "Since you love science fiction, try The Expanse" answering "Can you recommend a
+/// book?"). `Err` holds why.
 pub(crate) fn grounding(text: &str, words: &Vocabulary) -> Result<(), String> {
     let ungrounded: Vec<String> = language::distinctive_tokens(text)
         .into_iter()
         .filter(|token| !words.user.contains(&language::stem(token)))
         .collect();
     if ungrounded.is_empty() {
-        return Ok(());
+        let content = language::content_tokens(text);
+        if content.is_empty() || content.iter().any(|token| words.user.contains(token)) {
+            return Ok(());
+        }
+        let mut unsaid: Vec<&str> = content.iter().map(String::as_str).collect();
+        unsaid.sort_unstable();
+        let from_assistant = content.iter().any(|token| words.assistant.contains(token));
+        return Err(format!(
+            "\"{text}\" holds no word the user said ({}){}",
+            unsaid.join(", "),
+            if from_assistant {
+                "; the assistant said some"
+            } else {
+                ""
+            }
+        ));
     }
     let from_assistant = ungrounded
         .iter()
@@ -248,6 +266,31 @@ mod tests {
         );
         let nobody = grounding("The user moved to Porto", &words).expect_err("nobody said it");
         assert!(nobody.contains("the user never said"), "{nobody}");
+    }
+
+    #[test]
+    fn grounding_drops_common_words_only_the_assistant_said() {
+        let words = Vocabulary::new(
+            ["Can you recommend a book for my holiday?", "ok I'll look for it"],
+            ["Since you love science fiction, try The Expanse."],
+        );
+        let invented =
+            grounding("The user loves science fiction", &words).expect_err("the assistant's claim");
+        assert!(
+            invented.contains("fiction") && invented.contains("the assistant said some"),
+            "{invented}"
+        );
+        let nobody = grounding("The user enjoys gardening", &words).expect_err("nobody said it");
+        assert!(nobody.contains("no word the user said"), "{nobody}");
+        // One word of the user's own is enough: a model may phrase the rest itself.
+        assert!(grounding("The user wants a book for the holiday", &words).is_ok());
+        assert!(
+            grounding(
+                "The user is planning a holiday with science fiction books",
+                &words
+            )
+            .is_ok()
+        );
     }
 
     #[test]

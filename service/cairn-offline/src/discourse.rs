@@ -88,7 +88,7 @@ pub fn strip_openers(clause: &str) -> String {
                 break;
             }
         }
-        if let Some(rest) = strip_framing(&text) {
+        if let Some(rest) = strip_framing(&text).or_else(|| strip_hedge(&text)) {
             text = rest;
         }
         // The same markers said last ("I'm colour blind btw", "..., just so you know").
@@ -343,10 +343,59 @@ fn strip_framing(text: &str) -> Option<String> {
             || word.chars().any(|c| c.is_ascii_digit())
             || (index > 0 && word.chars().next().is_some_and(char::is_uppercase))
     });
-    if !framed || binds {
+    // "Penicillin too, I found out the hard way": a lead that ends in "too" or "as
+    // well" adds a value, and the rest is an aside.
+    let last_two: Vec<String> = lead.iter().rev().take(2).map(|word| bare(word)).collect();
+    let adds_a_value = lead.len() >= 2
+        && (last_two[0] == "too"
+            || (last_two[0] == "well" && last_two.get(1).is_some_and(|word| word == "as")));
+    if !framed || binds || adds_a_value {
         return None;
     }
     Some(words[at..].join(" "))
+}
+
+/// "I think it replaces Vim for me now" → "it replaces Vim for me now": an opinion
+/// verb before a pronoun subject leaves the pronoun to be resolved ([`resolve`]).
+/// `None` when the clause does not open so.
+fn strip_hedge(text: &str) -> Option<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let hedged = words.len() > 3
+        && bare(words[0]) == "i"
+        && matches!(
+            bare(words[1]).as_str(),
+            "think" | "guess" | "believe" | "reckon" | "suppose"
+        )
+        && matches!(
+            bare(words[2]).replace('’', "'").as_str(),
+            "it" | "he" | "she" | "they" | "it's" | "he's" | "she's" | "they're"
+        );
+    hedged.then(|| words[2..].join(" "))
+}
+
+/// The last name in a fact, for "it" to point at: "The user spent the weekend setting
+/// up Zed." → "Zed". Sentence-initial words and "The user" are not names.
+fn last_name(fact: &str) -> Option<String> {
+    let words: Vec<&str> = fact.trim_end_matches('.').split_whitespace().collect();
+    let mut name: Vec<String> = Vec::new();
+    let mut last = None;
+    for word in words.iter().skip(1) {
+        let clean = word.trim_matches(|c: char| !c.is_alphanumeric());
+        if clean.chars().next().is_some_and(char::is_uppercase) {
+            name.push(clean.to_owned());
+        } else if !name.is_empty() {
+            last = Some(name.join(" "));
+            name.clear();
+        }
+        if word.ends_with([',', ';']) && !name.is_empty() {
+            last = Some(name.join(" "));
+            name.clear();
+        }
+    }
+    if !name.is_empty() {
+        last = Some(name.join(" "));
+    }
+    last
 }
 
 /// A chat statement with its subject left out gets it back ("Got promoted to staff
@@ -388,10 +437,16 @@ pub fn restore_subject(clause: &str) -> String {
         }
     }
     let words: Vec<&str> = clause.split_whitespace().collect();
-    let Some(position) = words
-        .iter()
-        .position(|word| !crate::language::is_adverb(&bare(word)))
-    else {
+    // Adverbs before the verb are passed over, and "all" before a past tense ("All
+    // settled in Amsterdam now").
+    let Some(position) = words.iter().enumerate().position(|(index, word)| {
+        let word = bare(word);
+        !(crate::language::is_adverb(&word)
+            || (word == "all"
+                && words
+                    .get(index + 1)
+                    .is_some_and(|next| crate::language::is_past_tense(&bare(next)))))
+    }) else {
         return clause.to_owned();
     };
     let first = bare(words[position]);
@@ -480,6 +535,24 @@ const DETERMINERS: &[&str] = &[
     "a", "an", "the", "their", "some", "one", "two", "used", "new", "second", "old",
 ];
 
+/// Nouns of time, which a determiner before them does not make a thing of the user's.
+const TIME_NOUNS: &[&str] = &[
+    "weekend",
+    "morning",
+    "afternoon",
+    "evening",
+    "night",
+    "day",
+    "week",
+    "month",
+    "year",
+    "summer",
+    "winter",
+    "spring",
+    "autumn",
+    "holidays",
+];
+
 fn bare(word: &str) -> String {
     word.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
         .to_lowercase()
@@ -517,12 +590,14 @@ pub fn referent(fact: &str) -> Option<String> {
         return (!phrase.is_empty()).then(|| format!("The user's {}", phrase.join(" ")));
     }
     if words.len() >= 4 && words[0].eq_ignore_ascii_case("the") && words[1] == "user" {
-        // The object of the user's verb: after its first determiner.
-        let start = words
-            .iter()
-            .skip(2)
-            .position(|word| DETERMINERS.contains(&bare(word).as_str()))?
-            + 2;
+        // The object of the user's verb: after its first determiner that does not
+        // open a time ("the weekend", "last week").
+        let start = (2..words.len()).find(|&index| {
+            DETERMINERS.contains(&bare(words[index]).as_str())
+                && !words
+                    .get(index + 1)
+                    .is_some_and(|next| TIME_NOUNS.contains(&bare(next).as_str()))
+        })?;
         let mut phrase: Vec<String> = Vec::new();
         let mut index = start;
         while index < words.len() && DETERMINERS.contains(&bare(words[index]).as_str()) {
@@ -575,6 +650,18 @@ pub fn predicate(fact: &str) -> Option<String> {
     Some(phrase.join(" "))
 }
 
+/// Whether a message opens by going on from what the user said before: "And ...",
+/// "Oh and ...", "Oh, also ...", "Plus ...".
+pub fn continues(message: &str) -> bool {
+    let words: Vec<String> = message.split_whitespace().take(2).map(bare).collect();
+    let opener = |word: &str| matches!(word, "and" | "also" | "plus");
+    match words.as_slice() {
+        [first, ..] if opener(first) => true,
+        [first, second, ..] => first == "oh" && opener(second),
+        _ => false,
+    }
+}
+
 /// A clause rewritten with what the conversation supplies, when it needs it: a
 /// pronoun subject becomes the thing named last ("She's a greyhound called Pepper."
 /// after "The user adopted a dog." → "The user's dog is a greyhound called Pepper."), a
@@ -603,11 +690,18 @@ pub fn resolve(clause: &str, previous: Option<&str>, same_message: bool) -> Opti
     };
     match first.replace('’', "'").as_str() {
         "he" | "she" | "it" | "they" if !rest.is_empty() => {
-            let subject = referent(previous)?;
+            // What the fact is about; for a thing ("it") without one, the name said last.
+            let subject = if first == "it" {
+                referent(previous).or_else(|| last_name(previous))?
+            } else {
+                referent(previous)?
+            };
             let rest = rest
                 .split_whitespace()
                 .map(|word| match bare(word).as_str() {
                     "her" | "his" | "its" => "their".to_owned(),
+                    "me" => word.replacen("me", "the user", 1),
+                    "my" => word.replacen("my", "the user's", 1),
                     _ => word.to_owned(),
                 })
                 .collect::<Vec<_>>()
@@ -615,7 +709,11 @@ pub fn resolve(clause: &str, previous: Option<&str>, same_message: bool) -> Opti
             sentence(format!("{subject} {rest}"))
         }
         "he's" | "she's" | "it's" | "they're" if !rest.is_empty() => {
-            let subject = referent(previous)?;
+            let subject = if first == "it's" {
+                referent(previous).or_else(|| last_name(previous))?
+            } else {
+                referent(previous)?
+            };
             sentence(format!("{subject} is {rest}"))
         }
         _ if !same_message
@@ -728,6 +826,48 @@ mod tests {
             Some("The user's Volvo")
         );
         assert_eq!(referent("The user is vegetarian."), None);
+    }
+
+    #[test]
+    fn an_opinion_before_a_pronoun_leaves_the_pronoun_to_resolve() {
+        assert_eq!(
+            strip_openers("I think it replaces Vim for me now"),
+            "it replaces Vim for me now"
+        );
+        assert_eq!(strip_openers("I think I'm vegan now"), "I think I'm vegan now");
+        assert_eq!(
+            resolve(
+                "it replaces Vim for me now",
+                Some("The user spent the weekend setting up Zed."),
+                true
+            )
+            .as_deref(),
+            Some("Zed replaces Vim for the user now.")
+        );
+        // A time is not what "it" points at; the thing the user named is.
+        assert_eq!(
+            resolve("It sleeps all day", Some("The user adopted a dog."), true).as_deref(),
+            Some("The user's dog sleeps all day.")
+        );
+        assert_eq!(
+            resolve("It's expensive", Some("The user moved to Berlin."), true).as_deref(),
+            Some("Berlin is expensive.")
+        );
+        assert_eq!(
+            restore_subject("All settled in Amsterdam now"),
+            "I settled in Amsterdam now"
+        );
+        assert_eq!(restore_subject("All good here"), "All good here");
+    }
+
+    #[test]
+    fn a_message_that_opens_with_and_goes_on_from_before() {
+        assert!(continues("Oh and penicillin too, I found out the hard way."));
+        assert!(continues("Oh, also the dog"));
+        assert!(continues("and oat milk"));
+        assert!(!continues("Oh no, I missed the train"));
+        assert!(!continues("Andrew is my cousin"));
+        assert!(!continues("ok"));
     }
 
     #[test]

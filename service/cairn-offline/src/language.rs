@@ -1139,6 +1139,54 @@ pub fn repeats_value(candidate: &str, old: &str) -> bool {
         .all(|token| words.contains(token))
 }
 
+/// Whether `word` opens a question ("What ...", "Should I ...", "Is it ...").
+pub fn opens_question(word: &str) -> bool {
+    let word = word
+        .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+        .to_lowercase()
+        .replace('’', "'");
+    matches!(
+        word.as_str(),
+        "what"
+            | "how"
+            | "why"
+            | "where"
+            | "when"
+            | "which"
+            | "who"
+            | "whose"
+            | "whom"
+            | "should"
+            | "can"
+            | "could"
+            | "would"
+            | "will"
+            | "shall"
+            | "may"
+            | "might"
+            | "do"
+            | "does"
+            | "did"
+            | "is"
+            | "are"
+            | "am"
+            | "was"
+            | "were"
+            | "have"
+            | "has"
+            | "any"
+            | "isn't"
+            | "aren't"
+            | "don't"
+            | "doesn't"
+            | "didn't"
+            | "won't"
+            | "wouldn't"
+            | "can't"
+            | "shouldn't"
+    )
+}
+
 /// Whether `text` presents itself as an addition to what was said before ("also
 /// allergic to shellfish", "spicy ramen too", "pottery classes as well", "another
 /// flat"): a second value beside the first, not in its place.
@@ -1148,10 +1196,23 @@ pub fn adds_to(text: &str) -> bool {
         .split_whitespace()
         .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric()))
         .collect();
-    words
-        .iter()
-        .any(|word| matches!(*word, "also" | "too" | "another" | "additionally" | "besides"))
-        || contains_phrase(&lower, "as well")
+    says_also(text) || words.contains(&"another")
+}
+
+/// Whether `text` says it comes on top of what holds ("I also started Japanese", "and
+/// penicillin too", "as well"): unlike "another", which may name a replacement
+/// ("moved to another team"), these never announce one. "Too" counts where it ends a
+/// clause ("penicillin too."), not before what it intensifies ("too much with work").
+pub fn says_also(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    let raw: Vec<&str> = lower.split_whitespace().collect();
+    raw.iter().enumerate().any(|(index, raw_word)| {
+        match raw_word.trim_matches(|c: char| !c.is_alphanumeric()) {
+            "also" | "additionally" | "besides" => true,
+            "too" => index + 1 == raw.len() || raw_word.ends_with(['.', ',', '!', '?', ';', ')']),
+            _ => false,
+        }
+    }) || contains_phrase(&lower, "as well")
         || contains_phrase(&lower, "in addition")
 }
 
@@ -1311,6 +1372,18 @@ mod tests {
         assert!((jaccard("The user loves tea", "the user LOVES tea!") - 1.0).abs() < 1e-9);
         assert!(jaccard("The user loves tea", "The user loves coffee") < 0.85);
         assert!(jaccard("a b", "c d") < 0.01);
+    }
+
+    #[test]
+    fn an_addition_is_told_by_also_too_and_as_well_not_by_too_much() {
+        assert!(says_also("I also started Japanese on Duolingo"));
+        assert!(says_also("Oh and penicillin too, I found out the hard way"));
+        assert!(says_also("pottery classes as well"));
+        assert!(says_also("spicy ramen too"));
+        assert!(!says_also("I dropped the course, too much with work"));
+        assert!(!says_also("I moved to another team"));
+        assert!(adds_to("another flat in Leeds"));
+        assert!(!adds_to("it was too far to commute"));
     }
 
     #[test]

@@ -44,7 +44,9 @@ impl Extractor for OfflineExtractor {
             .flat_map(language::content_tokens)
             .collect();
         for episode in &input.episodes {
-            let mut same_message = false;
+            // A message that opens as a continuation ("Oh and penicillin too") goes on
+            // from the user's statement before it, like a fragment of the same message.
+            let mut same_message = discourse::continues(&episode.text);
             for said in clauses(&episode.text) {
                 let clause = discourse::restore_subject(&discourse::strip_openers(&said));
                 if clause.is_empty() {
@@ -131,6 +133,24 @@ pub fn clauses(text: &str) -> Vec<String> {
     let mut result = Vec::new();
     for sentence in sentences(text) {
         let sentence = sentence.trim();
+        // A statement that ends in a short question ("Planning my move to Amsterdam next
+        // month, any tips?") keeps the statement.
+        let sentence = match sentence
+            .strip_suffix('?')
+            .and_then(|asked| asked.rsplit_once(','))
+        {
+            Some((statement, question))
+                if question.split_whitespace().count() <= 4
+                    && statement.split_whitespace().count() >= 3
+                    && !statement
+                        .split_whitespace()
+                        .next()
+                        .is_some_and(language::opens_question) =>
+            {
+                statement.trim()
+            }
+            _ => sentence,
+        };
         if sentence.is_empty() || sentence.ends_with('?') {
             continue;
         }
@@ -165,6 +185,13 @@ pub fn clauses(text: &str) -> Vec<String> {
                 continue;
             }
             current.push(word);
+            // "Penicillin too, I found out the hard way": an addition ends its clause.
+            let addition =
+                bare == "too" || (bare == "well" && index > 0 && words[index - 1].eq_ignore_ascii_case("as"));
+            if addition && word.ends_with(',') && starts_statement {
+                result.push(current.join(" ").trim_end_matches(',').to_owned());
+                current.clear();
+            }
         }
         if !current.is_empty() {
             result.push(current.join(" ").trim_end_matches(',').to_owned());
@@ -809,7 +836,11 @@ impl Judge for OfflineJudge {
             }
         }
         // A change in a single-valued slot named by meaning, not by the word lists.
+        // A statement that says it comes on top ("I also started Japanese") replaces
+        // nothing by meaning alone.
+        let also = language::says_also(&candidate.text);
         if candidate_slot.is_none()
+            && !also
             && (changing || language::tells_a_change(&candidate.text) || language::says_new(&candidate.text))
         {
             let lasting: Vec<&ShownFact> = ranked
@@ -827,6 +858,7 @@ impl Judge for OfflineJudge {
         // A change told as an event ("today was my first day at Datadog", "we broke
         // up") replaces the lasting fact closest to it in meaning, when that is close.
         if language::tells_a_change(&candidate.text)
+            && !also
             && let Some(closest) = ranked
                 .iter()
                 .find(|shown_fact| shown_fact.fact.fact_type != FactType::Event)
@@ -908,6 +940,24 @@ impl Judge for OfflineJudge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_statement_keeps_its_place_before_a_short_question_and_an_addition_ends_a_clause() {
+        assert_eq!(
+            clauses("Planning my move from Berlin to Amsterdam next month, any tips?"),
+            vec!["Planning my move from Berlin to Amsterdam next month"]
+        );
+        assert!(clauses("What should I pack for Lisbon, any tips?").is_empty());
+        assert!(clauses("Should I take the job, thoughts?").is_empty());
+        assert_eq!(
+            clauses("Oh and penicillin too, I found out the hard way."),
+            vec!["Oh and penicillin too", "I found out the hard way"]
+        );
+        assert_eq!(
+            clauses("I'm too tired, I need sleep"),
+            vec!["I'm too tired, I need sleep"]
+        );
+    }
 
     #[test]
     fn first_person_statements_become_third_person_facts() {
