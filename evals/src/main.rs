@@ -320,6 +320,7 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
     let base = Settings {
         bump_usage_on_recall: false,
         candidates_per_leg: 100,
+        knn_candidates: None,
         ..Settings::default()
     };
     let on = |store: &Arc<dyn MemoryStore>, settings: Settings| {
@@ -371,6 +372,27 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
             pipeline_with(Fusion::ScaledScores, 0.6, 0.4),
         ),
         (DEFAULT_PIPELINE, on(&store, base.clone())),
+        (
+            "default at 50 candidates per leg",
+            on(
+                &store,
+                Settings {
+                    candidates_per_leg: 50,
+                    ..base.clone()
+                },
+            ),
+        ),
+        (
+            "default at the service's 50 BM25 and 20 kNN candidates",
+            on(
+                &store,
+                Settings {
+                    candidates_per_leg: 50,
+                    knn_candidates: Some(20),
+                    ..base.clone()
+                },
+            ),
+        ),
     ];
     if options.rerank {
         configurations.push((

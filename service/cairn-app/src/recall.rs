@@ -309,6 +309,7 @@ impl Cairn {
                     // Facts found by meaning bring their vectors, for the slot check.
                     filter: SearchFilter {
                         with_vectors: self.slots.is_some() && filter.tier == Tier::Semantic,
+                        limit: self.settings.knn_candidates.unwrap_or(filter.limit),
                         ..filter.clone()
                     },
                     vector: vector.clone(),

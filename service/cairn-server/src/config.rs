@@ -86,6 +86,9 @@ pub struct Config {
     pub rrf_k: f64,
     /// Candidates each retrieval leg contributes to fusion.
     pub candidates_per_leg: usize,
+    /// Candidates each vector leg contributes, when fewer than `candidates_per_leg`:
+    /// the kNN search is a recall's largest cost on a search cluster.
+    pub knn_candidates: usize,
     /// BM25 weight of an episode's context (the episodes before and after it in its session).
     pub episode_context_weight: f64,
     /// Recall priors (multipliers on fused scores); 0 turns each off.
@@ -220,6 +223,7 @@ impl Default for Config {
             knn_weight: 0.3,
             rrf_k: 60.0,
             candidates_per_leg: 50,
+            knn_candidates: 20,
             episode_context_weight: cairn_core::TextQuery::CONTEXT_WEIGHT,
             recency_weight: 0.0,
             recency_half_life_days: 30.0,
@@ -318,6 +322,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("knn_weight", Kind::Float),
     ("rrf_k", Kind::Float),
     ("candidates_per_leg", Kind::Integer),
+    ("knn_candidates", Kind::Integer),
     ("episode_context_weight", Kind::Float),
     ("recency_weight", Kind::Float),
     ("recency_half_life_days", Kind::Float),
@@ -704,6 +709,9 @@ impl Config {
                 "must be between 1 and 1000",
             ));
         }
+        if !(1..=1000).contains(&self.knn_candidates) {
+            return Err(config_error("CAIRN_KNN_CANDIDATES", "must be between 1 and 1000"));
+        }
         if !(self.episode_context_weight.is_finite() && (0.0..=1.0).contains(&self.episode_context_weight)) {
             return Err(config_error(
                 "CAIRN_EPISODE_CONTEXT_WEIGHT",
@@ -948,6 +956,19 @@ mod tests {
         ] {
             let error = Config::from_sources(None, &variables(&pairs)).expect_err("refused");
             assert_eq!(error.key, key, "{error}");
+        }
+    }
+
+    #[test]
+    fn vector_legs_take_fewer_candidates_unless_told_otherwise() {
+        let defaults = Config::from_sources(None, &[]).expect("defaults");
+        assert_eq!((defaults.candidates_per_leg, defaults.knn_candidates), (50, 20));
+        let wider = Config::from_sources(None, &variables(&[("CAIRN_KNN_CANDIDATES", "50")])).expect("50");
+        assert_eq!(wider.knn_candidates, 50);
+        for value in ["0", "1001", "many"] {
+            let error = Config::from_sources(None, &variables(&[("CAIRN_KNN_CANDIDATES", value)]))
+                .expect_err("refused");
+            assert!(error.to_string().contains("CAIRN_KNN_CANDIDATES"), "{error}");
         }
     }
 
