@@ -120,9 +120,11 @@ impl Cairn {
                 }
             }
         };
-        let (vectors, queued) = futures_util::future::try_join(
+        // So is the store readied for the commit (a cluster reserves the positions).
+        let (vectors, queued, ()) = futures_util::future::try_join3(
             self.embed_all(episodes.iter().map(|episode| episode.text.clone()).collect()),
             queued,
+            self.store.prepare_episodes(scope, &episodes),
         )
         .await?;
         for (episode, vector) in episodes.iter_mut().zip(vectors) {

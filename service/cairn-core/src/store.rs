@@ -374,6 +374,15 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// Applies every change atomically, or none (returning the first failed precondition).
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()>;
 
+    /// Readies the commit that will insert `episodes` (not yet embedded), while they are
+    /// embedded: a search cluster reserves their positions in the scope's log and reads
+    /// the stored episodes that get them as context. The next commit inserting them uses
+    /// what was readied; a commit that never comes leaves unused positions, which the
+    /// log allows. By default there is nothing to ready.
+    async fn prepare_episodes(&self, _scope: &Scope, _episodes: &[Episode]) -> Result<()> {
+        Ok(())
+    }
+
     /// Finishes the commits that a failure left half-applied and that are older than
     /// `older_than`, across every scope; returns how many. A backend whose commits are
     /// transactions has none and answers 0.

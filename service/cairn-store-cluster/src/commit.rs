@@ -72,6 +72,53 @@ impl Retired {
     }
 }
 
+/// Ingests readied before their commit, by scope and first episode id: the positions
+/// reserved for their episodes, the episode each session ended with before, and those
+/// episodes as read (for their context). Bounded: an ingest that never commits (its
+/// embedding failed) is forgotten with the oldest.
+#[derive(Default)]
+pub(crate) struct Prepared {
+    ingests: Mutex<Vec<(String, ReadiedIngest)>>,
+}
+
+/// What [`Prepared`] holds for one ingest.
+struct ReadiedIngest {
+    first: u64,
+    previous: HashMap<String, String>,
+    stored: HashMap<String, Versioned>,
+}
+
+/// Readied ingests kept at most.
+const PREPARED_INGESTS: usize = 256;
+
+fn readied_key(scope: &Scope, episodes: &[cairn_core::Episode]) -> Option<String> {
+    let first = episodes.first()?;
+    Some(format!(
+        "{}/{}/{}/{}",
+        scope.tenant().as_str(),
+        scope.user().as_str(),
+        first.id,
+        episodes.len()
+    ))
+}
+
+impl Prepared {
+    fn put(&self, key: String, ingest: ReadiedIngest) {
+        if let Ok(mut ingests) = self.ingests.lock() {
+            if ingests.len() >= PREPARED_INGESTS {
+                ingests.remove(0);
+            }
+            ingests.push((key, ingest));
+        }
+    }
+
+    fn take(&self, key: &str) -> Option<ReadiedIngest> {
+        let mut ingests = self.ingests.lock().ok()?;
+        let at = ingests.iter().position(|(held, _)| held == key)?;
+        Some(ingests.remove(at).1)
+    }
+}
+
 /// Everything a commit writes after its checks.
 struct Plan {
     updates: Vec<Update>,
@@ -426,7 +473,14 @@ impl ClusterStore {
         for change in &change_set.changes {
             match change {
                 Change::InsertEpisodes(episodes) => {
-                    let (first, previous) = self.allocate_positions(scope, episodes).await?;
+                    let readied = readied_key(scope, episodes).and_then(|key| self.prepared.take(&key));
+                    let (first, previous, mut stored) = match readied {
+                        Some(ingest) => (ingest.first, ingest.previous, ingest.stored),
+                        None => {
+                            let (first, previous) = self.allocate_positions(scope, episodes).await?;
+                            (first, previous, HashMap::new())
+                        }
+                    };
                     // Each episode is indexed with the episodes before and after it in its session.
                     let mut neighbours: Vec<Vec<String>> = vec![Vec::new(); episodes.len()];
                     let mut latest: HashMap<&str, usize> = HashMap::new();
@@ -440,9 +494,14 @@ impl ClusterStore {
                                 neighbours[before].push(episode.text.clone());
                             }
                             None => {
-                                if let Some((stored, read)) =
-                                    self.last_episode(scope, session, previous.get(session)).await?
-                                {
+                                let known = previous.get(session);
+                                let found = match stored.remove(session) {
+                                    Some(read) => {
+                                        Some((records::parse("episode", &read.source)?, Some(read)))
+                                    }
+                                    None => self.last_episode(scope, session, known).await?,
+                                };
+                                if let Some((stored, read)) = found {
                                     if let Some(read) = read
                                         && let Some(after) = with_context(&read.source, &episode.text)
                                     {
@@ -588,6 +647,30 @@ impl ClusterStore {
     /// The latest stored episode of a session: the one the scope's state names (read by
     /// id, so an ingest not yet refreshed counts), else the latest a search finds (a
     /// session older than the state's memory of sessions).
+    /// Reserves the positions of an ingest's episodes and reads the episode each of its
+    /// sessions ended with, for the commit that follows ([`Prepared`]).
+    pub(crate) async fn prepare_ingest(&self, scope: &Scope, episodes: &[cairn_core::Episode]) -> Result<()> {
+        let Some(key) = readied_key(scope, episodes) else {
+            return Ok(());
+        };
+        let (first, previous) = self.allocate_positions(scope, episodes).await?;
+        let mut stored = HashMap::new();
+        for (session, id) in &previous {
+            if let Some(read) = self.owned(scope, "episodes", id).await? {
+                stored.insert(session.clone(), read);
+            }
+        }
+        self.prepared.put(
+            key,
+            ReadiedIngest {
+                first,
+                previous,
+                stored,
+            },
+        );
+        Ok(())
+    }
+
     async fn last_episode(
         &self,
         scope: &Scope,

@@ -80,6 +80,8 @@ pub struct ClusterStore {
     states: Arc<std::sync::Mutex<HashMap<String, Versioned>>>,
     /// Journals of finished ingests, deleted later in one go (see `commit`).
     retired: Arc<commit::Retired>,
+    /// Ingests readied while their episodes were embedded (see `commit::Prepared`).
+    prepared: Arc<commit::Prepared>,
 }
 
 /// Whether the indices are known to be in place: reads and writes wait for it.
@@ -204,6 +206,7 @@ impl ClusterStore {
             degraded: Arc::new(RwLock::new(None)),
             states: Arc::default(),
             retired: Arc::default(),
+            prepared: Arc::default(),
         })
     }
 
@@ -938,6 +941,11 @@ impl MemoryStore for ClusterStore {
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()> {
         self.ready()?;
         self.commit_change_set(scope, &change_set).await
+    }
+
+    async fn prepare_episodes(&self, scope: &Scope, episodes: &[cairn_core::Episode]) -> Result<()> {
+        self.ready()?;
+        self.prepare_ingest(scope, episodes).await
     }
 
     async fn recover_commits(&self, older_than: Duration) -> Result<u64> {

@@ -80,18 +80,10 @@ async fn erased_text_leaves_the_database_and_its_log() {
 
 #[tokio::test]
 async fn upgrading_from_version_2_indexes_episode_context() {
-    use cairn_core::{Change, ChangeSet, Episode, MemoryStore, SearchFilter, TextQuery, Tier};
+    use cairn_core::{Change, ChangeSet, MemoryStore, SearchFilter, TextQuery, Tier};
     let directory = tempfile::tempdir().expect("temp dir");
     let scope = cairn_store_tests::scope("acme", "alice");
-    let now = chrono::Utc::now();
-    let episode = |text: &str| Episode {
-        id: cairn_core::new_id("epi"),
-        session_id: Some("s1".into()),
-        text: text.into(),
-        occurred_at: now,
-        ingested_at: now,
-        embedding: None,
-    };
+    let episode = cairn_store_tests::session_episode;
     let (question, reply) = (
         episode("Which marathon are you training for?"),
         episode("The one in Lisbon."),

@@ -127,6 +127,19 @@ pub fn audit(scope: &Scope, action: &str) -> AuditEvent {
     }
 }
 
+/// An episode of session `s1`, said now, not yet embedded.
+pub fn session_episode(text: &str) -> Episode {
+    let now = Utc::now();
+    Episode {
+        id: new_id("epi"),
+        session_id: Some("s1".into()),
+        text: text.into(),
+        occurred_at: now,
+        ingested_at: now,
+        embedding: None,
+    }
+}
+
 pub fn fact(text: &str, created_at: DateTime<Utc>) -> Fact {
     Fact {
         id: new_id("fact"),

@@ -524,14 +524,9 @@ async fn an_ingest_journal_is_retired_after_the_ingest() {
     store.bootstrap().await.expect("bootstrap");
     let scope = cairn_store_tests::scope("acme", "alice");
     let ingest = |text: &str| {
-        let now = chrono::Utc::now();
         let episode = Episode {
-            id: cairn_core::new_id("epi"),
-            session_id: Some("s1".into()),
-            text: text.into(),
-            occurred_at: now,
-            ingested_at: now,
             embedding: Some(vec![0.25, -0.5, 1.0]),
+            ..cairn_store_tests::session_episode(text)
         };
         let change_set = ChangeSet::new(cairn_store_tests::audit(&scope, "episode.ingest"))
             .with(Change::InsertEpisodes(vec![episode.clone()]));
@@ -565,5 +560,90 @@ async fn an_ingest_journal_is_retired_after_the_ingest() {
     for id in &ids {
         let read = store.get_episode(&scope, id).await.expect("read");
         assert!(read.is_some(), "episode {id} was written");
+    }
+}
+
+/// An ingest readied while its episodes are embedded (`prepare_episodes`: positions
+/// reserved, the session's last episode read) commits what an unreadied one does: the
+/// episodes in log order, each stored one given the next as context. One readied but
+/// never committed (its embedding failed) leaves only an unused position, at which
+/// consolidation waits as for an ingest in flight.
+#[tokio::test]
+async fn an_ingest_readied_while_it_is_embedded_commits_as_one_that_is_not() {
+    use cairn_core::{Change, ChangeSet, Episode, MemoryStore};
+    let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
+        return;
+    };
+    store.bootstrap().await.expect("bootstrap");
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let episode = cairn_store_tests::session_episode;
+    let commit = |episode: &Episode| {
+        let mut embedded = episode.clone();
+        embedded.embedding = Some(vec![0.25, -0.5, 1.0]);
+        ChangeSet::new(cairn_store_tests::audit(&scope, "episode.ingest"))
+            .with(Change::InsertEpisodes(vec![embedded]))
+    };
+    let texts = [
+        "I live in Porto",
+        "I work at Nimbus",
+        "I like jazz",
+        "I moved to Lisbon",
+    ];
+    let mut written = Vec::new();
+    for (index, text) in texts.iter().enumerate() {
+        let said = episode(text);
+        if index > 0 {
+            store
+                .prepare_episodes(&scope, std::slice::from_ref(&said))
+                .await
+                .expect("ready");
+        }
+        if index == 2 {
+            // Readied, then never committed; the next ingest is readied and committed.
+            // The session's last episode is then found by a search, which sees what the
+            // last refresh (each second) made searchable.
+            tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+            let next = episode("I play the cello");
+            store
+                .prepare_episodes(&scope, std::slice::from_ref(&next))
+                .await
+                .expect("ready");
+            store.commit(&scope, commit(&next)).await.expect("ingest");
+            written.push(next);
+            continue;
+        }
+        store.commit(&scope, commit(&said)).await.expect("ingest");
+        written.push(said);
+    }
+    raw_json(&url, "POST", &format!("/{}-episodes/_refresh", store.prefix()))
+        .await
+        .expect("refresh");
+    // Consolidation reads on to the gap and waits there (until the reservation is old
+    // enough that it cannot fill), as for any reservation whose commit is in flight.
+    let readable = store.episodes_after(&scope, 0, 10).await.expect("log");
+    assert_eq!(readable.len(), 2, "the log is read up to the unused position");
+    let logged = store.episodes_up_to(&scope, 1_000, 10).await.expect("log");
+    let ids: Vec<&str> = logged.iter().map(|logged| logged.episode.id.as_str()).collect();
+    let expected: Vec<&str> = written.iter().map(|episode| episode.id.as_str()).collect();
+    assert_eq!(ids, expected, "every committed episode, in the order committed");
+    let positions: Vec<u64> = logged.iter().map(|logged| logged.position).collect();
+    assert!(
+        positions.windows(2).all(|pair| pair[0] < pair[1]),
+        "{positions:?}"
+    );
+    assert!(
+        positions.windows(2).any(|pair| pair[1] > pair[0] + 1),
+        "the ingest readied and dropped left a gap: {positions:?}"
+    );
+    for pair in written.windows(2) {
+        let path = format!("/{}-episodes/_doc/{}?routing=acme", store.prefix(), pair[0].id);
+        let stored = raw_json(&url, "GET", &path).await.expect("read");
+        let context = stored["_source"]["context"].as_str().unwrap_or_default();
+        assert!(
+            context.contains(&pair[1].text),
+            "{:?} has the next episode {:?} as context: {context:?}",
+            pair[0].text,
+            pair[1].text
+        );
     }
 }
