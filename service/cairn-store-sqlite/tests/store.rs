@@ -144,15 +144,8 @@ async fn upgrading_from_version_2_indexes_episode_context() {
     let search = |text: &str| {
         TextQuery::new(
             SearchFilter {
-                tier: Tier::Episodic,
-                as_of: chrono::Utc::now(),
-                include_history: false,
-                include_pending: false,
-                valid_at: None,
-                fact_types: Vec::new(),
-                session_id: None,
-                limit: 10,
                 with_vectors: true,
+                ..cairn_store_tests::current_in(Tier::Episodic)
             },
             text,
         )

@@ -32,6 +32,7 @@ macro_rules! conformance_suite {
             usage_is_counted,
             episodes_are_searchable_by_session,
             episodes_are_found_by_their_neighbours_in_the_session,
+            readied_ingests_commit_as_unreadied_ones,
             vector_search_is_scoped_and_current,
             the_embedding_space_is_claimed_once,
             vectors_follow_erasure_and_reuse,
@@ -124,6 +125,21 @@ pub fn audit(scope: &Scope, action: &str) -> AuditEvent {
         target_ids: Vec::new(),
         request_id: "req_conformance".into(),
         detail: serde_json::Value::Null,
+    }
+}
+
+/// The ten best current records of a tier now, without vectors.
+pub fn current_in(tier: Tier) -> SearchFilter {
+    SearchFilter {
+        tier,
+        as_of: Utc::now(),
+        include_history: false,
+        include_pending: false,
+        valid_at: None,
+        fact_types: Vec::new(),
+        session_id: None,
+        limit: 10,
+        with_vectors: false,
     }
 }
 
@@ -979,17 +995,7 @@ pub async fn usage_is_counted(store: Arc<dyn MemoryStore>) {
         listed.items.iter().map(|fact| fact.use_count).collect::<Vec<_>>(),
         vec![4]
     );
-    let filter = SearchFilter {
-        tier: Tier::Semantic,
-        as_of: Utc::now(),
-        include_history: false,
-        include_pending: false,
-        valid_at: None,
-        fact_types: Vec::new(),
-        session_id: None,
-        limit: 10,
-        with_vectors: false,
-    };
+    let filter = current_in(Tier::Semantic);
     // Recall's counts may lag by a cluster's refresh interval (1 s).
     let started = std::time::Instant::now();
     loop {
@@ -1207,6 +1213,61 @@ pub async fn episodes_are_found_by_their_neighbours_in_the_session(store: Arc<dy
     assert_eq!(
         stored.text, reply.text,
         "context is indexed, not stored in the text"
+    );
+}
+
+/// An ingest readied while its episodes are embedded (`prepare_episodes`) commits what
+/// one not readied does, in its own scope only: the log in ingest order, and a stored
+/// episode given the next one of its session as context. Readying for one scope does
+/// not place episodes that another scope commits.
+pub async fn readied_ingests_commit_as_unreadied_ones(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let texts = [
+        "I train for the Lisbon marathon",
+        "My sister runs it with me",
+        "We fly on Friday",
+    ];
+    let mut written = Vec::new();
+    for (index, text) in texts.iter().enumerate() {
+        let said = session_episode(text);
+        store
+            .prepare_episodes(&alice, std::slice::from_ref(&said))
+            .await
+            .expect("ready");
+        // The middle one is readied in alice's scope and committed in bob's.
+        let owner = if index == 1 { &bob } else { &alice };
+        ingest_episodes(store.as_ref(), owner, vec![said.clone()]).await;
+        if index != 1 {
+            written.push(said);
+        }
+    }
+    let alices: Vec<String> = store
+        .episodes_up_to(&alice, 1_000, 10)
+        .await
+        .expect("log")
+        .into_iter()
+        .map(|logged| logged.episode.text)
+        .collect();
+    assert_eq!(
+        alices,
+        [texts[0], texts[2]],
+        "alice's log holds alice's commits, in order"
+    );
+    let bobs = store.episodes_up_to(&bob, 1_000, 10).await.expect("log");
+    assert_eq!(bobs.len(), 1, "bob's commit is in bob's log");
+    assert_eq!(bobs[0].episode.text, texts[1]);
+    let found: Vec<String> = store
+        .search_text(&alice, &TextQuery::new(current_in(Tier::Episodic), "Friday"))
+        .await
+        .expect("search")
+        .into_iter()
+        .map(|hit| hit.memory.id().to_owned())
+        .collect();
+    assert_eq!(
+        found,
+        [written[1].id.clone(), written[0].id.clone()],
+        "the readied commit gave the stored episode before it its text as context"
     );
 }
 
@@ -2556,17 +2617,7 @@ pub async fn legs_searched_together_answer_as_alone(store: Arc<dyn MemoryStore>)
     let create = ChangeSet::new(audit(&alice, "playbook.create")).with(Change::InsertPlaybook(procedure));
     store.commit(&alice, create).await.expect("playbook");
 
-    let filter = |tier| SearchFilter {
-        tier,
-        as_of: Utc::now(),
-        include_history: false,
-        include_pending: false,
-        valid_at: None,
-        fact_types: Vec::new(),
-        session_id: None,
-        limit: 10,
-        with_vectors: false,
-    };
+    let filter = current_in;
     let tiers = [Tier::Semantic, Tier::Episodic, Tier::Procedural];
     let mut texts: Vec<TextQuery> = tiers
         .iter()

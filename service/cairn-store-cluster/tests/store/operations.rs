@@ -431,15 +431,8 @@ async fn an_ingest_is_read_at_once_and_searched_within_the_refresh_interval() {
         // Searched within the refresh interval; "Niche" is only in the second episode,
         // so the first is found by the context the second gave it.
         let filter = SearchFilter {
-            tier: Tier::Episodic,
             as_of: Utc::now() + chrono::Duration::seconds(5),
-            include_history: false,
-            include_pending: false,
-            valid_at: None,
-            fact_types: Vec::new(),
-            session_id: None,
-            limit: 10,
-            with_vectors: false,
+            ..cairn_store_tests::current_in(Tier::Episodic)
         };
         let query = TextQuery::new(filter, "niche");
         let mut found = Vec::new();
