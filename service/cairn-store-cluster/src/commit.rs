@@ -73,9 +73,9 @@ impl Retired {
 }
 
 /// Ingests readied before their commit, by scope and first episode id: the positions
-/// reserved for their episodes, the episode each session ended with before, and those
-/// episodes as read (for their context). Bounded: an ingest that never commits (its
-/// embedding failed) is forgotten with the oldest.
+/// reserved for their episodes and, per session, the episode it ended with before (as
+/// read, for its context). Bounded: an ingest that never commits (its embedding
+/// failed) is forgotten with the oldest.
 #[derive(Default)]
 pub(crate) struct Prepared {
     ingests: Mutex<Vec<(String, ReadiedIngest)>>,
@@ -84,8 +84,8 @@ pub(crate) struct Prepared {
 /// What [`Prepared`] holds for one ingest.
 struct ReadiedIngest {
     first: u64,
-    previous: HashMap<String, String>,
-    stored: HashMap<String, Versioned>,
+    /// [`ClusterStore::last_episode`] of each session of the ingest.
+    ended_with: HashMap<String, Option<(IdText, Option<Versioned>)>>,
 }
 
 /// Readied ingests kept at most.
@@ -474,8 +474,8 @@ impl ClusterStore {
             match change {
                 Change::InsertEpisodes(episodes) => {
                     let readied = readied_key(scope, episodes).and_then(|key| self.prepared.take(&key));
-                    let (first, previous, mut stored) = match readied {
-                        Some(ingest) => (ingest.first, ingest.previous, ingest.stored),
+                    let (first, previous, mut ended_with) = match readied {
+                        Some(ingest) => (ingest.first, HashMap::new(), ingest.ended_with),
                         None => {
                             let (first, previous) = self.allocate_positions(scope, episodes).await?;
                             (first, previous, HashMap::new())
@@ -494,12 +494,9 @@ impl ClusterStore {
                                 neighbours[before].push(episode.text.clone());
                             }
                             None => {
-                                let known = previous.get(session);
-                                let found = match stored.remove(session) {
-                                    Some(read) => {
-                                        Some((records::parse("episode", &read.source)?, Some(read)))
-                                    }
-                                    None => self.last_episode(scope, session, known).await?,
+                                let found = match ended_with.remove(session) {
+                                    Some(found) => found,
+                                    None => self.last_episode(scope, session, previous.get(session)).await?,
                                 };
                                 if let Some((stored, read)) = found {
                                     if let Some(read) = read
@@ -644,33 +641,30 @@ impl ClusterStore {
         Ok(Applied::Done)
     }
 
-    /// The latest stored episode of a session: the one the scope's state names (read by
-    /// id, so an ingest not yet refreshed counts), else the latest a search finds (a
-    /// session older than the state's memory of sessions).
-    /// Reserves the positions of an ingest's episodes and reads the episode each of its
+    /// Reserves the positions of an ingest's episodes and finds the episode each of its
     /// sessions ended with, for the commit that follows ([`Prepared`]).
     pub(crate) async fn prepare_ingest(&self, scope: &Scope, episodes: &[cairn_core::Episode]) -> Result<()> {
         let Some(key) = readied_key(scope, episodes) else {
             return Ok(());
         };
         let (first, previous) = self.allocate_positions(scope, episodes).await?;
-        let mut stored = HashMap::new();
-        for (session, id) in &previous {
-            if let Some(read) = self.owned(scope, "episodes", id).await? {
-                stored.insert(session.clone(), read);
+        let mut ended_with = HashMap::new();
+        for session in episodes
+            .iter()
+            .filter_map(|episode| episode.session_id.as_deref())
+        {
+            if !ended_with.contains_key(session) {
+                let found = self.last_episode(scope, session, previous.get(session)).await?;
+                ended_with.insert(session.to_owned(), found);
             }
         }
-        self.prepared.put(
-            key,
-            ReadiedIngest {
-                first,
-                previous,
-                stored,
-            },
-        );
+        self.prepared.put(key, ReadiedIngest { first, ended_with });
         Ok(())
     }
 
+    /// The latest stored episode of a session: the one the scope's state names (read by
+    /// id, so an ingest not yet refreshed counts), else the latest a search finds (a
+    /// session older than the state's memory of sessions).
     async fn last_episode(
         &self,
         scope: &Scope,
