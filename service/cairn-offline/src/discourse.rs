@@ -345,10 +345,7 @@ fn strip_framing(text: &str) -> Option<String> {
     });
     // "Penicillin too, I found out the hard way": a lead that ends in "too" or "as
     // well" adds a value, and the rest is an aside.
-    let last_two: Vec<String> = lead.iter().rev().take(2).map(|word| bare(word)).collect();
-    let adds_a_value = lead.len() >= 2
-        && (last_two[0] == "too"
-            || (last_two[0] == "well" && last_two.get(1).is_some_and(|word| word == "as")));
+    let adds_a_value = lead.len() >= 2 && crate::language::ends_an_addition(lead);
     if !framed || binds || adds_a_value {
         return None;
     }
@@ -688,14 +685,18 @@ pub fn resolve(clause: &str, previous: Option<&str>, same_message: bool) -> Opti
             .next()
             .map(|first| format!("{}{}.", first.to_uppercase(), chars.as_str()))
     };
-    match first.replace('’', "'").as_str() {
+    let first = first.replace('’', "'");
+    // What the fact before is about; for a thing ("it") without one, the name said last.
+    let subject_of = |previous: &str| {
+        if matches!(first.as_str(), "it" | "it's") {
+            referent(previous).or_else(|| last_name(previous))
+        } else {
+            referent(previous)
+        }
+    };
+    match first.as_str() {
         "he" | "she" | "it" | "they" if !rest.is_empty() => {
-            // What the fact is about; for a thing ("it") without one, the name said last.
-            let subject = if first == "it" {
-                referent(previous).or_else(|| last_name(previous))?
-            } else {
-                referent(previous)?
-            };
+            let subject = subject_of(previous)?;
             let rest = rest
                 .split_whitespace()
                 .map(|word| match bare(word).as_str() {
@@ -709,11 +710,7 @@ pub fn resolve(clause: &str, previous: Option<&str>, same_message: bool) -> Opti
             sentence(format!("{subject} {rest}"))
         }
         "he's" | "she's" | "it's" | "they're" if !rest.is_empty() => {
-            let subject = if first == "it's" {
-                referent(previous).or_else(|| last_name(previous))?
-            } else {
-                referent(previous)?
-            };
+            let subject = subject_of(previous)?;
             sentence(format!("{subject} is {rest}"))
         }
         _ if !same_message

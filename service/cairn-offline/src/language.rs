@@ -1199,6 +1199,17 @@ pub fn adds_to(text: &str) -> bool {
     says_also(text) || words.contains(&"another")
 }
 
+/// Whether `words` end in an addition's closing word: "too", or "as well" ("Penicillin
+/// too", "oat milk as well"), punctuation aside.
+pub fn ends_an_addition(words: &[&str]) -> bool {
+    let bare = |word: &str| word.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
+    match words {
+        [.., last] if bare(last) == "too" => true,
+        [.., before, last] => bare(last) == "well" && bare(before) == "as",
+        _ => false,
+    }
+}
+
 /// Whether `text` says it comes on top of what holds ("I also started Japanese", "and
 /// penicillin too", "as well"): unlike "another", which may name a replacement
 /// ("moved to another team"), these never announce one. "Too" counts where it ends a
@@ -1382,6 +1393,9 @@ mod tests {
         assert!(says_also("spicy ramen too"));
         assert!(!says_also("I dropped the course, too much with work"));
         assert!(!says_also("I moved to another team"));
+        assert!(ends_an_addition(&["penicillin", "too,"]));
+        assert!(ends_an_addition(&["oat", "milk", "as", "well"]));
+        assert!(!ends_an_addition(&["very", "well"]));
         assert!(adds_to("another flat in Leeds"));
         assert!(!adds_to("it was too far to commute"));
     }

@@ -186,9 +186,7 @@ pub fn clauses(text: &str) -> Vec<String> {
             }
             current.push(word);
             // "Penicillin too, I found out the hard way": an addition ends its clause.
-            let addition =
-                bare == "too" || (bare == "well" && index > 0 && words[index - 1].eq_ignore_ascii_case("as"));
-            if addition && word.ends_with(',') && starts_statement {
+            if word.ends_with(',') && starts_statement && language::ends_an_addition(&current) {
                 result.push(current.join(" ").trim_end_matches(',').to_owned());
                 current.clear();
             }
