@@ -434,11 +434,13 @@ pub fn restore_subject(clause: &str) -> String {
         }
     }
     let words: Vec<&str> = clause.split_whitespace().collect();
-    // Adverbs before the verb are passed over, and "all" before a past tense ("All
-    // settled in Amsterdam now").
+    // Adverbs before the verb are passed over ("Officially retired", "Just eating ..."),
+    // and "all" before a past tense ("All settled in Amsterdam now").
     let Some(position) = words.iter().enumerate().position(|(index, word)| {
         let word = bare(word);
         !(crate::language::is_adverb(&word)
+            || word == "just"
+            || is_manner_adverb(&word)
             || (word == "all"
                 && words
                     .get(index + 1)
@@ -447,6 +449,18 @@ pub fn restore_subject(clause: &str) -> String {
         return clause.to_owned();
     };
     let first = bare(words[position]);
+    let next = words.get(position + 1).map(|next| bare(next));
+    // "The new place is ...", "First week on the fraud team went well": a thing of the
+    // user's, or the user's first time somewhere, told without its owner.
+    if position == 0
+        && first == "the"
+        && next.as_deref().is_some_and(|next| OWN.contains(&next))
+        && words
+            .get(2)
+            .is_some_and(|noun| noun.chars().next().is_some_and(char::is_lowercase))
+    {
+        return format!("My {}", words[1..].join(" "));
+    }
     let verb_first = (crate::language::is_past_tense(&first)
         && !matches!(first.as_str(), "was" | "were" | "did" | "had"))
         || first == "got";
@@ -456,10 +470,30 @@ pub fn restore_subject(clause: &str) -> String {
         .next()
         .map(|c| format!("{}{}", c.to_lowercase(), &rest[c.len_utf8()..]))
         .unwrap_or_default();
+    if first == "first"
+        && next
+            .as_deref()
+            .is_some_and(|next| matches!(next, "day" | "week" | "month" | "shift" | "class" | "lesson"))
+    {
+        return format!("My {lowered}");
+    }
     if verb_first {
         return format!("I {lowered}");
     }
-    if ONGOING.contains(&first.as_str()) {
+    // "Taking a few weeks off", "Eating balanced meals now": what the user is doing,
+    // a present participle followed by what it acts on, not by a verb of its own
+    // ("Meeting went well").
+    let participle = first.len() >= 6
+        && first.ends_with("ing")
+        && !THING_NOUNS.contains(&first.as_str())
+        && next.as_deref().is_some_and(|next| {
+            // A past tense in "-ed" after it is an adjective ("eating balanced meals").
+            let irregular_past = crate::language::is_past_tense(next) && !next.ends_with("ed");
+            !AUXILIARIES.contains(&next)
+                && !irregular_past
+                && !matches!(next, "is" | "goes" | "makes" | "starts" | "begins")
+        });
+    if ONGOING.contains(&first.as_str()) || participle {
         return format!("I'm {lowered}");
     }
     // "New goal is a half marathon": a thing of the user's told without its owner, an
@@ -475,6 +509,55 @@ pub fn restore_subject(clause: &str) -> String {
         return format!("My {lowered}");
     }
     clause.to_owned()
+}
+
+/// Words in "-ing" that name a thing rather than what someone is doing.
+const THING_NOUNS: &[&str] = &[
+    "nothing",
+    "something",
+    "anything",
+    "everything",
+    "morning",
+    "evening",
+    "wedding",
+    "building",
+    "meeting",
+    "ceiling",
+    "pudding",
+    "sibling",
+    "darling",
+    "feeling",
+    "ending",
+    "during",
+    "string",
+    "spring",
+    "thing",
+    "painting",
+    "clothing",
+    "housing",
+    "parking",
+    "training",
+    "funding",
+    "setting",
+    "booking",
+    "earring",
+    "offspring",
+    "opening",
+    "outing",
+];
+
+/// An adverb of manner or time in "-ly" that may open a chat statement before its
+/// verb ("Officially retired as of Friday", "Finally caved ..."); words in "-ly" that
+/// are nouns or adjectives are not.
+fn is_manner_adverb(word: &str) -> bool {
+    const NOT: &[&str] = &[
+        "family", "early", "friendly", "lovely", "daily", "weekly", "monthly", "yearly", "reply", "supply",
+        "apply", "belly", "jelly", "holy", "ugly", "silly", "italy", "july", "lonely", "likely", "elderly",
+        "only", "rally", "bully", "ally", "lily", "emily", "molly", "holly", "sally", "kelly", "billy",
+        "assembly", "anomaly", "curly", "deadly", "costly", "lively", "timely", "homely", "chilly", "hilly",
+        "woolly", "jolly", "wobbly", "bubbly", "cuddly", "orderly", "manly", "worldly", "fly", "july's",
+    ];
+    word.len() > 5 && word.ends_with("ly") && word.chars().all(char::is_alphabetic) && !NOT.contains(&word)
 }
 
 /// Adjectives that open a thing of one's own when the owner is left out ("New goal is
@@ -709,6 +792,16 @@ pub fn resolve(clause: &str, previous: Option<&str>, same_message: bool) -> Opti
                 .join(" ");
             sentence(format!("{subject} {rest}"))
         }
+        // "Her name is Luna", "His office is in Leeds": a thing of the one named last.
+        "her" | "his" | "its" | "their" if words.len() >= 3 => {
+            let subject = subject_of(previous)?;
+            let tail = words[2..].join(" ");
+            let tail = tail.trim_end_matches(['.', '!']);
+            match (bare(words[1]).as_str(), tail.strip_prefix("is ")) {
+                ("name", Some(name)) => sentence(format!("{subject} is called {name}")),
+                _ => sentence(format!("{subject}'s {} {tail}", words[1])),
+            }
+        }
         "he's" | "she's" | "it's" | "they're" if !rest.is_empty() => {
             let subject = subject_of(previous)?;
             sentence(format!("{subject} is {rest}"))
@@ -772,6 +865,64 @@ mod tests {
         assert_eq!(strip_openers("My my favourite band"), "My favourite band");
         assert_eq!(strip_openers("I live in Porto"), "I live in Porto");
         assert_eq!(strip_openers("Meeting at 10:30 today"), "Meeting at 10:30 today");
+    }
+
+    #[test]
+    fn a_subject_left_out_after_an_adverb_or_before_a_participle_comes_back() {
+        for (said, restored) in [
+            ("Officially retired as of Friday", "I retired as of Friday"),
+            ("Just eating balanced meals now", "I'm eating balanced meals now"),
+            (
+                "Taking a few weeks off before job hunting",
+                "I'm taking a few weeks off before job hunting",
+            ),
+            (
+                "The new place, Iron Works, has better squat racks",
+                "My new place, Iron Works, has better squat racks",
+            ),
+            (
+                "First week on the fraud team went well",
+                "My first week on the fraud team went well",
+            ),
+        ] {
+            assert_eq!(restore_subject(said), restored, "{said}");
+        }
+        // Nouns in "-ing" and "-ly", and a thing that is not the user's, stay as said.
+        for said in [
+            "Meeting went well",
+            "Nothing new here",
+            "Morning runs are the best",
+            "Family is visiting next week",
+            "Training starts Monday",
+            "The weather is nice",
+            "The new season is out",
+        ] {
+            let expected = if said == "The new season is out" {
+                "My new season is out"
+            } else {
+                said
+            };
+            assert_eq!(restore_subject(said), expected, "{said}");
+        }
+    }
+
+    #[test]
+    fn a_possessive_pronoun_takes_the_thing_named_last() {
+        let cat = Some("The user's cat has been sneezing a lot.");
+        assert_eq!(
+            resolve("Her name is Luna and she's 12", cat, true).as_deref(),
+            Some("The user's cat is called Luna and she's 12.")
+        );
+        assert_eq!(
+            resolve(
+                "His office is in Leeds",
+                Some("The user's brother Sam is an engineer."),
+                false
+            )
+            .as_deref(),
+            Some("The user's brother Sam's office is in Leeds.")
+        );
+        assert_eq!(resolve("Her name is Luna", None, true), None);
     }
 
     #[test]

@@ -200,6 +200,8 @@ pub fn third_person_verb(word: &str) -> String {
     }
     match lower.as_str() {
         "have" => return "has".to_owned(),
+        // "used to": a past tense too short for the suffix rule.
+        "used" => return word.to_owned(),
         "am" | "are" | "be" => return "is".to_owned(),
         "do" => return "does".to_owned(),
         "go" => return "goes".to_owned(),
@@ -434,6 +436,12 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "house in",
             "moved from",
             "live near",
+            "live alone",
+            "lives alone",
+            "living alone",
+            "moved in with",
+            "moving in with",
+            "moved into",
         ],
     ),
     (
@@ -460,6 +468,12 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "laid off",
             "got a job",
             "first day at",
+            "teach",
+            "teaches",
+            "retired",
+            "resigned",
+            "fired",
+            "made redundant",
         ],
     ),
     (
@@ -844,6 +858,16 @@ pub fn announces_change(text: &str) -> bool {
         "these days",
         "single",
         "joined",
+        // The end of a job or a course, told as what happened to the user.
+        "laid off",
+        "let go",
+        "fired",
+        "made redundant",
+        "resigned",
+        "retired",
+        "graduated",
+        "transferred",
+        "promoted",
     ]
     .iter()
     .any(|phrase| contains_phrase(&lower, phrase))
@@ -897,6 +921,7 @@ pub fn departed_value(text: &str) -> Vec<String> {
         "canceled",
         "paused",
         "retired",
+        "used to be",
     ];
     const BEFORE: &[&str] = &[
         "is gone",
@@ -1340,6 +1365,33 @@ mod tests {
             slot("The user drinks three espressos a day.").map(|s| s.name),
             Some("coffee".into())
         );
+        // Living alone somewhere, moving in with someone, and the end of a job.
+        for (text, name) in [
+            ("The user lives alone in a studio in Brooklyn.", "residence"),
+            ("The user moved in with their boyfriend in Queens.", "residence"),
+            ("The user teaches chemistry at a high school.", "employment"),
+            ("The user retired as of Friday.", "employment"),
+        ] {
+            assert_eq!(slot(text).map(|s| s.name), Some(name.into()), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_end_of_a_job_and_a_past_state_are_changes() {
+        for text in [
+            "The user got laid off yesterday along with half their team.",
+            "The user retired as of Friday.",
+            "The user used to be vegetarian.",
+        ] {
+            assert!(announces_change(text), "{text}");
+        }
+        assert!(!announces_change("The user teaches chemistry at a high school."));
+        assert_eq!(
+            departed_value("The user used to be vegetarian."),
+            vec!["vegetarian"]
+        );
+        assert_eq!(third_person_verb("used"), "used");
+        assert_eq!(third_person_verb("need"), "needs");
     }
 
     #[test]

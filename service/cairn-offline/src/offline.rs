@@ -63,6 +63,7 @@ impl Extractor for OfflineExtractor {
                     .or_else(|| discourse::resolve(&clause, previous.as_deref(), same_message))
                     .or_else(|| about_someone_known(&clause, &names))
                     .or_else(|| discourse::about_known_thing(&clause, &known_things))
+                    .or_else(|| for_the_user(&clause))
                 else {
                     continue;
                 };
@@ -131,7 +132,7 @@ fn about_someone_known(clause: &str, names: &std::collections::HashSet<String>) 
 /// that starts a new first-person statement ("... and I ...", "..., but my ...").
 pub fn clauses(text: &str) -> Vec<String> {
     let mut result = Vec::new();
-    for sentence in sentences(text) {
+    for sentence in announced(sentences(text)) {
         let sentence = sentence.trim();
         // A statement that ends in a short question ("Planning my move to Amsterdam next
         // month, any tips?") keeps the statement.
@@ -196,6 +197,61 @@ pub fn clauses(text: &str) -> Vec<String> {
         }
     }
     result.retain(|clause| !clause.is_empty());
+    result
+}
+
+/// A news headline of the user's own and what it is, said as two sentences ("new job!
+/// backend dev at stripe") made one statement ("My new job is backend dev at stripe").
+fn announced(sentences: Vec<String>) -> Vec<String> {
+    let mut result: Vec<String> = Vec::with_capacity(sentences.len());
+    let mut sentences = sentences.into_iter().peekable();
+    while let Some(sentence) = sentences.next() {
+        let words: Vec<String> = sentence
+            .split_whitespace()
+            .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase())
+            .collect();
+        let headline = match words.as_slice() {
+            [new, noun] | [_, new, noun] if new == "new" => {
+                (words.len() == 2 || words[0] == "my")
+                    && !matches!(noun.as_str(), "year" | "week" | "month" | "day" | "me")
+            }
+            _ => false,
+        };
+        let told = sentences.peek().is_some_and(|next| {
+            let first = next.split_whitespace().next().unwrap_or_default();
+            let opener = first
+                .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'' && c != '’')
+                .to_lowercase()
+                .replace('’', "'");
+            // A sentence with a subject of its own says something else about it.
+            let own_subject = matches!(
+                opener.as_str(),
+                "it" | "it's"
+                    | "he"
+                    | "he's"
+                    | "she"
+                    | "she's"
+                    | "they"
+                    | "they're"
+                    | "this"
+                    | "that"
+                    | "there"
+                    | "there's"
+            );
+            !own_subject
+                && !next.trim().is_empty()
+                && !next.trim_end().ends_with('?')
+                && !language::is_first_person_start(&first.to_lowercase())
+                && !language::opens_question(first)
+        });
+        match sentences.next_if(|_| headline && told) {
+            Some(what) => {
+                let thing = words[words.len() - 1].clone();
+                result.push(format!("My new {thing} is {}", what.trim()));
+            }
+            None => result.push(sentence),
+        }
+    }
     result
 }
 
@@ -401,6 +457,34 @@ pub fn third_person(clause: &str) -> Option<String> {
         text = trimmed[first.len()..].to_owned();
     }
     let text = text.trim().trim_end_matches([',', ':']).to_owned();
+    let mut chars = text.chars();
+    let first = chars.next()?;
+    Some(format!("{}{}.", first.to_uppercase(), chars.as_str()))
+}
+
+/// A statement that holds "for me" without the user as its subject ("it's swimming
+/// instead of running for me now"), about the user; `None` for anything else, and for
+/// a request ("can you find one for me").
+fn for_the_user(clause: &str) -> Option<String> {
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let lower: Vec<String> = words
+        .iter()
+        .map(|word| word.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase())
+        .collect();
+    let at = lower
+        .windows(2)
+        .position(|pair| pair[0] == "for" && pair[1] == "me")?;
+    let opening = lower.first().map(String::as_str).unwrap_or_default();
+    if language::opens_question(opening)
+        || matches!(opening, "please" | "thanks" | "thank")
+        || lower.len() < 4
+    {
+        return None;
+    }
+    let mut out: Vec<String> = words.iter().map(|word| (*word).to_owned()).collect();
+    out[at + 1] = out[at + 1].replacen("me", "the user", 1);
+    let text = out.join(" ");
+    let text = text.trim().trim_end_matches([',', ':', '.', '!']);
     let mut chars = text.chars();
     let first = chars.next()?;
     Some(format!("{}{}.", first.to_uppercase(), chars.as_str()))
@@ -837,7 +921,14 @@ impl Judge for OfflineJudge {
         // A statement that says it comes on top ("I also started Japanese") replaces
         // nothing by meaning alone.
         let also = language::says_also(&candidate.text);
-        if candidate_slot.is_none()
+        // A slot the word lists name for the candidate but for no fact shown ("moved in
+        // with ..." against "lives alone in a studio ...") is matched by meaning too.
+        let slot_shown = candidate_slot.as_ref().is_some_and(|slot| {
+            ranked
+                .iter()
+                .any(|shown_fact| language::slot_among(&shown_fact.fact.text, &known).as_ref() == Some(slot))
+        });
+        if !slot_shown
             && !also
             && (changing || language::tells_a_change(&candidate.text) || language::says_new(&candidate.text))
         {
@@ -1000,6 +1091,41 @@ mod tests {
         assert_eq!(
             third_person("I'm vegetarian"),
             Some("The user is vegetarian.".into())
+        );
+    }
+
+    #[test]
+    fn a_headline_and_what_it_is_make_one_statement() {
+        assert_eq!(
+            clauses("new job! backend dev at stripe, started monday"),
+            vec!["My new job is backend dev at stripe, started monday"]
+        );
+        // A time, a question, or a sentence with a subject of its own after it is not
+        // what it is.
+        assert_eq!(
+            clauses("My new bike. It's a gravel bike"),
+            vec!["My new bike", "It's a gravel bike"]
+        );
+        assert_eq!(
+            clauses("New year! Feeling good"),
+            vec!["New year", "Feeling good"]
+        );
+        assert_eq!(clauses("new job! I love it"), vec!["new job", "I love it"]);
+        assert_eq!(clauses("new job! any advice?"), vec!["new job"]);
+    }
+
+    #[test]
+    fn what_holds_for_the_user_is_about_the_user() {
+        assert_eq!(
+            for_the_user("Knees are shot so it's swimming instead of running for me now").as_deref(),
+            Some("Knees are shot so it's swimming instead of running for the user now.")
+        );
+        assert_eq!(for_the_user("Can you find a recipe for me"), None);
+        assert_eq!(for_the_user("for me"), None);
+        assert_eq!(for_the_user("The weather is nice today"), None);
+        assert_eq!(
+            third_person("I used to be vegetarian").as_deref(),
+            Some("The user used to be vegetarian.")
         );
     }
 
