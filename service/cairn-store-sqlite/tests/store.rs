@@ -197,15 +197,10 @@ async fn current_facts_below_many_stale_matches_are_found() {
             }
             store.commit(&scope, changes).await.expect("insert stale facts");
             let filter = SearchFilter {
-                tier: Tier::Semantic,
                 as_of: now,
-                include_history: false,
-                include_pending: false,
-                valid_at: None,
-                fact_types: Vec::new(),
-                session_id: None,
                 limit: 2,
                 with_vectors: true,
+                ..cairn_store_tests::current_in(Tier::Semantic)
             };
             let mut found: Vec<String> = store
                 .search_text(&scope, &TextQuery::new(filter, "tea"))

@@ -179,12 +179,14 @@ pub fn fact(text: &str, created_at: DateTime<Utc>) -> Fact {
     }
 }
 
+/// The change set of an ingest of `episodes`, audited.
+pub fn ingest(scope: &Scope, episodes: Vec<Episode>) -> ChangeSet {
+    ChangeSet::new(audit(scope, "episode.ingest")).with(Change::InsertEpisodes(episodes))
+}
+
 async fn ingest_episodes(store: &dyn MemoryStore, scope: &Scope, episodes: Vec<cairn_core::Episode>) {
     store
-        .commit(
-            scope,
-            ChangeSet::new(audit(scope, "episode.ingest")).with(Change::InsertEpisodes(episodes)),
-        )
+        .commit(scope, ingest(scope, episodes))
         .await
         .expect("ingest episodes");
     store.make_ingests_searchable().await.expect("searchable");
@@ -222,15 +224,11 @@ async fn search(
             scope,
             &TextQuery::new(
                 SearchFilter {
-                    tier: Tier::Semantic,
                     as_of,
                     include_history: history,
-                    include_pending: false,
-                    valid_at: None,
-                    fact_types: Vec::new(),
-                    session_id: None,
                     limit: 50,
                     with_vectors: true,
+                    ..current_in(Tier::Semantic)
                 },
                 text.to_owned(),
             ),
@@ -856,15 +854,9 @@ pub async fn playbook_versions_are_conditional(store: Arc<dyn MemoryStore>) {
             &alice,
             &TextQuery::new(
                 SearchFilter {
-                    tier: Tier::Procedural,
-                    as_of: Utc::now(),
-                    include_history: false,
-                    include_pending: false,
-                    valid_at: None,
-                    fact_types: Vec::new(),
-                    session_id: None,
                     limit: 5,
                     with_vectors: true,
+                    ..current_in(Tier::Procedural)
                 },
                 "announce release",
             ),
@@ -1040,15 +1032,9 @@ pub async fn episodes_are_searchable_by_session(store: Arc<dyn MemoryStore>) {
     let query = |session: Option<&str>| {
         TextQuery::new(
             SearchFilter {
-                tier: Tier::Episodic,
-                as_of: Utc::now(),
-                include_history: false,
-                include_pending: false,
-                valid_at: None,
-                fact_types: Vec::new(),
                 session_id: session.map(str::to_owned),
-                limit: 10,
                 with_vectors: true,
+                ..current_in(Tier::Episodic)
             },
             "biscuit",
         )
@@ -1156,15 +1142,8 @@ pub async fn episodes_are_found_by_their_neighbours_in_the_session(store: Arc<dy
                 context_weight,
                 ..TextQuery::new(
                     SearchFilter {
-                        tier: Tier::Episodic,
-                        as_of: Utc::now(),
-                        include_history: false,
-                        include_pending: false,
-                        valid_at: None,
-                        fact_types: Vec::new(),
-                        session_id: None,
-                        limit: 10,
                         with_vectors: true,
+                        ..current_in(Tier::Episodic)
                     },
                     text,
                 )
@@ -1288,15 +1267,9 @@ async fn nearest(
             &VectorQuery {
                 vector: vector.to_vec(),
                 filter: SearchFilter {
-                    tier: Tier::Semantic,
-                    as_of: Utc::now(),
                     include_history: history,
-                    include_pending: false,
-                    valid_at: None,
-                    fact_types: Vec::new(),
-                    session_id: None,
-                    limit: 10,
                     with_vectors: true,
+                    ..current_in(Tier::Semantic)
                 },
             },
         )
@@ -1425,15 +1398,9 @@ async fn nearest_in(
     history: bool,
 ) -> Vec<String> {
     let filter = SearchFilter {
-        tier,
-        as_of: Utc::now(),
         include_history: history,
-        include_pending: false,
-        valid_at: None,
-        fact_types: Vec::new(),
-        session_id: None,
-        limit: 10,
         with_vectors: true,
+        ..current_in(tier)
     };
     store
         .search_vector(
@@ -1863,15 +1830,10 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
         );
         for tier in Tier::ALL {
             let filter = SearchFilter {
-                tier,
-                as_of: Utc::now(),
                 include_history: true,
-                include_pending: false,
-                valid_at: None,
-                fact_types: Vec::new(),
-                session_id: None,
                 limit: 50,
                 with_vectors: true,
+                ..current_in(tier)
             };
             for session in [None, Some("s1".to_owned())] {
                 let filter = SearchFilter {
@@ -2357,15 +2319,9 @@ pub async fn text_scores_use_only_the_scopes_statistics(store: Arc<dyn MemorySto
         let alice = alice.clone();
         async move {
             let filter = SearchFilter {
-                tier,
-                as_of: Utc::now(),
-                include_history: false,
-                include_pending: false,
-                valid_at: None,
-                fact_types: Vec::new(),
-                session_id: None,
                 limit: 50,
                 with_vectors: true,
+                ..current_in(tier)
             };
             store
                 .search_text(&alice, &TextQuery::new(filter, "lisbon cameras"))
@@ -2565,15 +2521,8 @@ pub async fn search_hits_carry_vectors_when_asked(store: Arc<dyn MemoryStore>) {
     record.embedding = Some(unit(&[0.2, 0.9, 0.1]));
     insert(store.as_ref(), &alice, &record).await;
     let filter = SearchFilter {
-        tier: Tier::Semantic,
-        as_of: Utc::now(),
-        include_history: false,
-        include_pending: false,
-        valid_at: None,
-        fact_types: Vec::new(),
-        session_id: None,
-        limit: 10,
         with_vectors: true,
+        ..current_in(Tier::Semantic)
     };
     let by_text = store
         .search_text(&alice, &TextQuery::new(filter.clone(), "kayak"))
@@ -2778,15 +2727,9 @@ async fn found_at(
     valid_at: Option<DateTime<Utc>>,
 ) -> Vec<String> {
     let filter = SearchFilter {
-        tier,
         as_of,
-        include_history: false,
-        include_pending: false,
         valid_at,
-        fact_types: Vec::new(),
-        session_id: None,
-        limit: 10,
-        with_vectors: false,
+        ..current_in(tier)
     };
     let hits = match query {
         Ok(text) => store
@@ -3055,15 +2998,9 @@ pub async fn reviews_hold_a_change_until_one_reviewer_decides(store: Arc<dyn Mem
         vec![porto.id.clone()]
     );
     let mut filter = SearchFilter {
-        tier: Tier::Semantic,
         as_of: now,
-        include_history: false,
         include_pending: true,
-        valid_at: None,
-        fact_types: Vec::new(),
-        session_id: None,
-        limit: 10,
-        with_vectors: false,
+        ..current_in(Tier::Semantic)
     };
     let mut with_pending: Vec<String> = store
         .search_text(&alice, &TextQuery::new(filter.clone(), "lives"))

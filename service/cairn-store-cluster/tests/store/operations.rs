@@ -150,15 +150,8 @@ async fn bootstrap_gives_older_documents_their_stems() {
         }
         let scope = cairn_store_tests::scope("acme", "alice");
         let filter = cairn_core::SearchFilter {
-            tier: cairn_core::Tier::Semantic,
-            as_of: chrono::Utc::now(),
-            include_history: false,
-            include_pending: false,
-            valid_at: None,
-            fact_types: Vec::new(),
-            session_id: None,
-            limit: 10,
             with_vectors: true,
+            ..cairn_store_tests::current_in(cairn_core::Tier::Semantic)
         };
         let query = TextQuery::new(filter, "runs shoe");
         let hits = store.search_text(&scope, &query).await.expect("search");
@@ -239,15 +232,9 @@ async fn indices_that_keep_vectors_in_source_keep_working() {
         store.record_usage(&scope, &[usage]).await.expect("usage");
         let query = VectorQuery {
             filter: SearchFilter {
-                tier: Tier::Semantic,
-                as_of: chrono::Utc::now(),
-                include_history: false,
-                include_pending: false,
-                valid_at: None,
-                fact_types: Vec::new(),
-                session_id: None,
                 limit: 5,
                 with_vectors: true,
+                ..cairn_store_tests::current_in(Tier::Semantic)
             },
             vector: vec![0.6, 0.8, 0.0],
         };
@@ -373,7 +360,7 @@ async fn the_index_analyzer_stems_as_scoring_does() {
 /// finds them within the refresh interval (1 s). On both engines.
 #[tokio::test]
 async fn an_ingest_is_read_at_once_and_searched_within_the_refresh_interval() {
-    use cairn_core::{Change, ChangeSet, Episode, MemoryStore, SearchFilter, TextQuery, Tier, new_id};
+    use cairn_core::{Change, ChangeSet, Episode, MemoryStore, SearchFilter, TextQuery, Tier};
     use chrono::Utc;
     use std::time::{Duration, Instant};
     for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
@@ -381,18 +368,8 @@ async fn an_ingest_is_read_at_once_and_searched_within_the_refresh_interval() {
             continue;
         };
         let alice = cairn_store_tests::scope("acme", "alice");
-        let said = |text: &str| Episode {
-            id: new_id("epi"),
-            session_id: Some("s1".into()),
-            text: text.into(),
-            occurred_at: Utc::now(),
-            ingested_at: Utc::now(),
-            embedding: None,
-        };
-        let ingest = |episode: Episode| {
-            ChangeSet::new(cairn_store_tests::audit(&alice, "episode.ingest"))
-                .with(Change::InsertEpisodes(vec![episode]))
-        };
+        let said = cairn_store_tests::session_episode;
+        let ingest = |episode: Episode| cairn_store_tests::ingest(&alice, vec![episode]);
         let first = said("Which espresso grinder should I buy");
         let second = said("Probably a burr grinder from Niche");
         let started = Instant::now();
@@ -510,7 +487,7 @@ async fn journals(url: &str, prefix: &str) -> u64 {
 /// finished journals instead of taking them for a failed process's.
 #[tokio::test]
 async fn an_ingest_journal_is_retired_after_the_ingest() {
-    use cairn_core::{Change, ChangeSet, Episode, MemoryStore};
+    use cairn_core::{Episode, MemoryStore};
     let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
         return;
     };
@@ -521,8 +498,7 @@ async fn an_ingest_journal_is_retired_after_the_ingest() {
             embedding: Some(vec![0.25, -0.5, 1.0]),
             ..cairn_store_tests::session_episode(text)
         };
-        let change_set = ChangeSet::new(cairn_store_tests::audit(&scope, "episode.ingest"))
-            .with(Change::InsertEpisodes(vec![episode.clone()]));
+        let change_set = cairn_store_tests::ingest(&scope, vec![episode.clone()]);
         (episode, change_set)
     };
     let mut ids = Vec::new();
@@ -563,7 +539,7 @@ async fn an_ingest_journal_is_retired_after_the_ingest() {
 /// consolidation waits as for an ingest in flight.
 #[tokio::test]
 async fn an_ingest_readied_while_it_is_embedded_commits_as_one_that_is_not() {
-    use cairn_core::{Change, ChangeSet, Episode, MemoryStore};
+    use cairn_core::{Episode, MemoryStore};
     let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
         return;
     };
@@ -573,8 +549,7 @@ async fn an_ingest_readied_while_it_is_embedded_commits_as_one_that_is_not() {
     let commit = |episode: &Episode| {
         let mut embedded = episode.clone();
         embedded.embedding = Some(vec![0.25, -0.5, 1.0]);
-        ChangeSet::new(cairn_store_tests::audit(&scope, "episode.ingest"))
-            .with(Change::InsertEpisodes(vec![embedded]))
+        cairn_store_tests::ingest(&scope, vec![embedded])
     };
     let texts = [
         "I live in Porto",

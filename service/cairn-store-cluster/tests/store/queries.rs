@@ -26,15 +26,12 @@ fn sorted(value: &serde_json::Value) -> serde_json::Value {
 
 fn filter(tier: Tier) -> SearchFilter {
     SearchFilter {
-        tier,
         as_of: DateTime::<Utc>::from_timestamp(1_800_000_000, 0).expect("time"),
-        include_history: false,
-        include_pending: false,
-        valid_at: None,
         fact_types: vec![FactType::Preference],
         session_id: Some("s1".into()),
         limit: 50,
         with_vectors: true,
+        ..cairn_store_tests::current_in(tier)
     }
 }
 
