@@ -469,7 +469,6 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "got a job",
             "first day at",
             "teach",
-            "teaches",
             "retired",
             "resigned",
             "fired",

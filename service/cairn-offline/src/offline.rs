@@ -219,10 +219,7 @@ fn announced(sentences: Vec<String>) -> Vec<String> {
         };
         let told = sentences.peek().is_some_and(|next| {
             let first = next.split_whitespace().next().unwrap_or_default();
-            let opener = first
-                .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'' && c != '’')
-                .to_lowercase()
-                .replace('’', "'");
+            let opener = discourse::bare(first).replace('’', "'");
             // A sentence with a subject of its own says something else about it.
             let own_subject = matches!(
                 opener.as_str(),
@@ -456,10 +453,7 @@ pub fn third_person(clause: &str) -> Option<String> {
         }
         text = trimmed[first.len()..].to_owned();
     }
-    let text = text.trim().trim_end_matches([',', ':']).to_owned();
-    let mut chars = text.chars();
-    let first = chars.next()?;
-    Some(format!("{}{}.", first.to_uppercase(), chars.as_str()))
+    discourse::as_sentence(text.trim().trim_end_matches([',', ':']))
 }
 
 /// A statement that holds "for me" without the user as its subject ("it's swimming
@@ -483,11 +477,7 @@ fn for_the_user(clause: &str) -> Option<String> {
     }
     let mut out: Vec<String> = words.iter().map(|word| (*word).to_owned()).collect();
     out[at + 1] = out[at + 1].replacen("me", "the user", 1);
-    let text = out.join(" ");
-    let text = text.trim().trim_end_matches([',', ':', '.', '!']);
-    let mut chars = text.chars();
-    let first = chars.next()?;
-    Some(format!("{}{}.", first.to_uppercase(), chars.as_str()))
+    discourse::as_sentence(out.join(" ").trim().trim_end_matches([',', ':', '.', '!']))
 }
 
 /// Hours until a time-bound statement stops being true, counted from when it was said.
@@ -923,12 +913,14 @@ impl Judge for OfflineJudge {
         let also = language::says_also(&candidate.text);
         // A slot the word lists name for the candidate but for no fact shown ("moved in
         // with ..." against "lives alone in a studio ...") is matched by meaning too.
-        let slot_shown = candidate_slot.as_ref().is_some_and(|slot| {
+        // The shown fact most similar to the candidate among those in its slot.
+        let in_slot: Option<&ShownFact> = candidate_slot.as_ref().and_then(|slot| {
             ranked
                 .iter()
-                .any(|shown_fact| language::slot_among(&shown_fact.fact.text, &known).as_ref() == Some(slot))
+                .copied()
+                .find(|shown_fact| language::slot_among(&shown_fact.fact.text, &known).as_ref() == Some(slot))
         });
-        if !slot_shown
+        if in_slot.is_none()
             && !also
             && (changing || language::tells_a_change(&candidate.text) || language::says_new(&candidate.text))
         {
@@ -967,48 +959,43 @@ impl Judge for OfflineJudge {
                 ),
             ));
         }
-        if let Some(slot) = &candidate_slot {
-            for shown_fact in &ranked {
-                if language::slot_among(&shown_fact.fact.text, &known).as_ref() != Some(slot) {
-                    continue;
-                }
-                let keeps_value = language::repeats_value(&candidate.text, &shown_fact.fact.text);
-                let event_meets_lasting =
-                    candidate.fact_type == FactType::Event && shown_fact.fact.fact_type != FactType::Event;
-                let alias = shown_fact.alias.clone();
-                // An event that moves the slot to another named value ("bought a house in
-                // Bath" against "a flat in Bristol", "my new ThinkPad" against "a MacBook
-                // Air") replaces it.
-                if event_meets_lasting
-                    && !keeps_value
-                    && (language::tells_a_change(&candidate.text) || language::says_new(&candidate.text))
-                    && language::names_another_value(&candidate.text, &shown_fact.fact.text)
-                {
-                    return Ok(judgement(
-                        Verdict::Updates(alias),
-                        format!("same {} slot; a change to another named value", slot.name()),
-                    ));
-                }
-                if (event_meets_lasting || keeps_value) && !changing {
-                    return Ok(judgement(
-                        Verdict::Extends(alias),
-                        format!(
-                            "same {} slot; adds detail without replacing the value",
-                            slot.name()
-                        ),
-                    ));
-                }
-                if slot.is_exclusive() || changing {
-                    return Ok(judgement(
-                        Verdict::Updates(alias),
-                        format!("same {} slot with a new value", slot.name()),
-                    ));
-                }
+        if let (Some(slot), Some(shown_fact)) = (&candidate_slot, in_slot) {
+            let keeps_value = language::repeats_value(&candidate.text, &shown_fact.fact.text);
+            let event_meets_lasting =
+                candidate.fact_type == FactType::Event && shown_fact.fact.fact_type != FactType::Event;
+            let alias = shown_fact.alias.clone();
+            // An event that moves the slot to another named value ("bought a house in
+            // Bath" against "a flat in Bristol", "my new ThinkPad" against "a MacBook
+            // Air") replaces it.
+            if event_meets_lasting
+                && !keeps_value
+                && (language::tells_a_change(&candidate.text) || language::says_new(&candidate.text))
+                && language::names_another_value(&candidate.text, &shown_fact.fact.text)
+            {
                 return Ok(judgement(
-                    Verdict::Extends(alias),
-                    format!("same {} slot; both can hold", slot.name()),
+                    Verdict::Updates(alias),
+                    format!("same {} slot; a change to another named value", slot.name()),
                 ));
             }
+            if (event_meets_lasting || keeps_value) && !changing {
+                return Ok(judgement(
+                    Verdict::Extends(alias),
+                    format!(
+                        "same {} slot; adds detail without replacing the value",
+                        slot.name()
+                    ),
+                ));
+            }
+            if slot.is_exclusive() || changing {
+                return Ok(judgement(
+                    Verdict::Updates(alias),
+                    format!("same {} slot with a new value", slot.name()),
+                ));
+            }
+            return Ok(judgement(
+                Verdict::Extends(alias),
+                format!("same {} slot; both can hold", slot.name()),
+            ));
         }
         if let Some(best) = ranked.first()
             && best.similarity.unwrap_or(0.0) >= EXTENDS_SIMILARITY
