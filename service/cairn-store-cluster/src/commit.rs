@@ -14,7 +14,12 @@
 //! 4. the journal is deleted.
 //!
 //! A plan without conditional updates (an ingest) is journaled as `committed` at once:
-//! it has nothing to put back, so its journal is its commit point. An ingest's journal
+//! it has nothing to put back, so its journal is its commit point. When it needs no
+//! read to write (no deletions, no context to read afresh), the journal is the first
+//! line of the one bulk that writes everything else: a node applies a bulk it has
+//! received whole, so the journal stands whenever any of it does, unless its own line
+//! failed; any failure of that bulk makes the commit again the long way, journal first,
+//! every step of which is idempotent. An ingest's journal
 //! is not deleted before the ingest answers: it is retired, and its deletion rides in
 //! the next bulk write, or in one batch a moment later (`RETIRE_AFTER`), or in this
 //! process's next recovery pass, whichever comes first. Until then a recovery elsewhere
@@ -147,6 +152,16 @@ impl Plan {
             && self.deferred.is_empty()
     }
 
+    /// Whether every context change is one of the prepared versioned lines, so that
+    /// writing the plan needs no read.
+    fn contexts_prepared(&self) -> bool {
+        self.contexts.iter().all(|(id, _)| {
+            self.context_lines
+                .iter()
+                .any(|line| line["index"]["_id"].as_str() == Some(id.as_str()))
+        })
+    }
+
     /// The plan as the journal holds it.
     fn to_json(&self) -> Value {
         let updates: Vec<Value> = self
@@ -264,6 +279,28 @@ impl ClusterStore {
             "tenant": tenant, "user": scope.user().as_str(), "subject": scope.subject(), "id": id,
             "phase": phase, "at": docs::micros(Utc::now()), "plan": recorded,
         });
+        if inserts_only && plan.deferred.is_empty() && plan.contexts_prepared() {
+            // Everything it writes goes in one bulk, its journal first: the node
+            // applies a bulk it has received whole even when the sender is gone, so
+            // the journal stands unless its own line fails, and then the commit is
+            // made again the long way, every step of which is idempotent.
+            let mut lines = vec![
+                json!({ "create": { "_index": self.index("commits"), "_id": id, "routing": tenant } }),
+                journal.clone(),
+            ];
+            lines.extend(plan.context_lines.iter().cloned());
+            lines.extend(plan.lines.iter().cloned());
+            lines.extend(self.retired_deletions());
+            match self.bulk_with(lines, &[409], plan.refresh).await {
+                Ok(_) => {
+                    self.finish_inserts(tenant, id, plan.refresh).await?;
+                    return Ok(Applied::Done);
+                }
+                Err(error) => {
+                    tracing::debug!(error = %error, "an insert's bulk failed; journaling it first");
+                }
+            }
+        }
         let Some(version) = self.write_journal(tenant, &id, &journal, None).await? else {
             return Err(Error::Storage(format!(
                 "commits: a journal {id} already exists that this commit did not write"
@@ -289,12 +326,25 @@ impl ClusterStore {
         }
         self.roll_forward(scope, &journal["plan"], plan.context_lines)
             .await?;
-        if inserts_only && !plan.refresh {
-            self.retire(tenant, id);
+        if inserts_only {
+            self.finish_inserts(tenant, id, plan.refresh).await?;
         } else {
             self.delete_doc("commits", &id, tenant, None, false).await?;
         }
         Ok(Applied::Done)
+    }
+
+    /// Ends the journal of a commit of inserts that has been written: an unrefreshed
+    /// one (an ingest) is retired, the others deleted before the commit answers.
+    async fn finish_inserts(&self, tenant: &str, id: String, refresh: bool) -> Result<()> {
+        if refresh {
+            self.delete_doc("commits", &id, tenant, None, false)
+                .await
+                .map(|_| ())
+        } else {
+            self.retire(tenant, id);
+            Ok(())
+        }
     }
 
     /// Writes a journal: created when `version` is `None`, else replaced at that

@@ -495,3 +495,115 @@ async fn recovery_takes_over_a_commit_stalled_before_its_commit_point() {
     assert!(!world.whole(&direct, &scope).await, "rolled back");
     waiting.disarm();
 }
+
+/// Whether the store holds all of an ingest (its episodes and its audit event) or none
+/// of it; panics on a part. Returns which.
+async fn ingest_whole(url: &str, store: &ClusterStore, scope: &Scope, change_set: &ChangeSet) -> bool {
+    let mut present = Vec::new();
+    for change in &change_set.changes {
+        if let Change::InsertEpisodes(episodes) = change {
+            for episode in episodes {
+                present.push(
+                    store
+                        .get_episode(scope, &episode.id)
+                        .await
+                        .expect("get")
+                        .is_some(),
+                );
+            }
+        }
+    }
+    // Audit events are listed by a search, and an ingest does not refresh.
+    super::operations::raw_json(url, "POST", &format!("/{}-audit/_refresh", store.prefix()))
+        .await
+        .expect("refresh the audit index");
+    let all = PageRequest {
+        limit: 100,
+        cursor: None,
+    };
+    let audited = store
+        .list_audit(scope, &all)
+        .await
+        .expect("audit")
+        .items
+        .iter()
+        .any(|event| change_set.audit.iter().any(|written| written.id == event.id));
+    present.push(audited);
+    assert!(
+        present.iter().all(|&held| held) || present.iter().all(|&held| !held),
+        "a part of the ingest is stored: {present:?}"
+    );
+    audited
+}
+
+/// An ingest's commit is one bulk that carries its journal. A failure at any request
+/// leaves all of it or none after recovery, and a bulk the node never got, or whose
+/// answer was lost, is made again the long way (journal, then bulk) and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_is_whole_after_a_failure_at_any_point() {
+    let Some((proxy, direct, proxied, cleanup)) = stores().await else {
+        return;
+    };
+    let url = cleanup
+        .0
+        .as_ref()
+        .map(|(url, _)| url.clone())
+        .expect("the node's URL");
+    for mode in [Mode::Refuse, Mode::LoseAnswer] {
+        let mut point = 0;
+        let mut bulk_failures_retried = 0;
+        loop {
+            let scope = cairn_store_tests::scope("acme", &format!("ingest-{mode:?}-{point}"));
+            let earlier = cairn_store_tests::session_episode("I moved to Lisbon in March.");
+            direct
+                .commit(&scope, cairn_store_tests::ingest(&scope, vec![earlier]))
+                .await
+                .expect("an earlier episode of the session");
+            let episodes = ["My flat has a view of the river.", "I walk to work now."]
+                .map(cairn_store_tests::session_episode)
+                .to_vec();
+            let change_set = cairn_store_tests::ingest(&scope, episodes);
+            // The journals the last round retired are deleted now, not during this one.
+            proxied
+                .recover_commits(Duration::from_secs(3600))
+                .await
+                .expect("delete retired journals");
+            proxy.arm(point, mode);
+            let result = proxied.commit(&scope, change_set.clone()).await;
+            let (fired, log) = proxy.disarm();
+            direct.recover_commits(Duration::ZERO).await.expect("recovery");
+            let committed = ingest_whole(&url, &direct, &scope, &change_set).await;
+            if !fired {
+                result.expect("an ingest without a fault succeeds");
+                assert!(committed);
+                let bulks = log.iter().filter(|line| line.contains("/_bulk")).count();
+                let journals = log.iter().filter(|line| line.contains("-commits/")).count();
+                assert_eq!(
+                    (bulks, journals),
+                    (1, 0),
+                    "one bulk, its journal inside: {log:#?}"
+                );
+                break;
+            }
+            let failed = log.get(point).map(String::as_str).unwrap_or_default();
+            match &result {
+                Ok(()) => {
+                    assert!(committed, "{mode:?} at {failed}: answered but not stored");
+                    assert!(
+                        failed.contains("/_bulk"),
+                        "{mode:?}: only a failed bulk is made again: {failed}"
+                    );
+                    bulk_failures_retried += 1;
+                }
+                Err(Error::Unavailable(_)) => {}
+                Err(error) => panic!("{mode:?} at request {point} ({failed}): {error}"),
+            }
+            point += 1;
+        }
+        assert!(point >= 3, "{mode:?}: only {point} requests were tried");
+        assert!(
+            bulk_failures_retried == 1,
+            "{mode:?}: the failed bulk was made again"
+        );
+    }
+}

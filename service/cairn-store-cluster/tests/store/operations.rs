@@ -452,7 +452,7 @@ async fn an_ingest_is_read_at_once_and_searched_within_the_refresh_interval() {
 }
 
 /// A plain HTTP request (std only) with `Connection: close`; the answer's body as JSON.
-async fn raw_json(url: &str, method: &str, path: &str) -> Option<serde_json::Value> {
+pub(super) async fn raw_json(url: &str, method: &str, path: &str) -> Option<serde_json::Value> {
     let address = url.trim_start_matches("http://").trim_end_matches('/').to_owned();
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
