@@ -155,11 +155,8 @@ impl Plan {
     /// Whether every context change is one of the prepared versioned lines, so that
     /// writing the plan needs no read.
     fn contexts_prepared(&self) -> bool {
-        self.contexts.iter().all(|(id, _)| {
-            self.context_lines
-                .iter()
-                .any(|line| line["index"]["_id"].as_str() == Some(id.as_str()))
-        })
+        let prepared = prepared_ids(&self.context_lines);
+        self.contexts.iter().all(|(id, _)| prepared.contains(id.as_str()))
     }
 
     /// The plan as the journal holds it.
@@ -264,7 +261,7 @@ impl ClusterStore {
 
     /// Journals the plan, makes its conditional updates, passes the commit point and
     /// writes the rest.
-    async fn write_plan(&self, scope: &Scope, plan: Plan) -> Result<Applied> {
+    async fn write_plan(&self, scope: &Scope, mut plan: Plan) -> Result<Applied> {
         if plan.is_empty() {
             return Ok(Applied::Done);
         }
@@ -280,20 +277,16 @@ impl ClusterStore {
             "phase": phase, "at": docs::micros(Utc::now()), "plan": recorded,
         });
         if inserts_only && plan.deferred.is_empty() && plan.contexts_prepared() {
-            // Everything it writes goes in one bulk, its journal first: the node
-            // applies a bulk it has received whole even when the sender is gone, so
-            // the journal stands unless its own line fails, and then the commit is
-            // made again the long way, every step of which is idempotent.
+            // One bulk, its journal first (see the module documentation). The journal
+            // holds the inserts too, and the long way below reads them from there.
             let mut lines = vec![
                 json!({ "create": { "_index": self.index("commits"), "_id": id, "routing": tenant } }),
                 journal.clone(),
             ];
-            lines.extend(plan.context_lines.iter().cloned());
-            lines.extend(plan.lines.iter().cloned());
-            lines.extend(self.retired_deletions());
+            lines.extend(self.committed_lines(plan.context_lines.clone(), std::mem::take(&mut plan.lines)));
             match self.bulk_with(lines, &[409], plan.refresh).await {
                 Ok(_) => {
-                    self.finish_inserts(tenant, id, plan.refresh).await?;
+                    self.end_journal(tenant, id, !plan.refresh).await?;
                     return Ok(Applied::Done);
                 }
                 Err(error) => {
@@ -326,25 +319,20 @@ impl ClusterStore {
         }
         self.roll_forward(scope, &journal["plan"], plan.context_lines)
             .await?;
-        if inserts_only {
-            self.finish_inserts(tenant, id, plan.refresh).await?;
-        } else {
-            self.delete_doc("commits", &id, tenant, None, false).await?;
-        }
+        self.end_journal(tenant, id, inserts_only && !plan.refresh)
+            .await?;
         Ok(Applied::Done)
     }
 
-    /// Ends the journal of a commit of inserts that has been written: an unrefreshed
-    /// one (an ingest) is retired, the others deleted before the commit answers.
-    async fn finish_inserts(&self, tenant: &str, id: String, refresh: bool) -> Result<()> {
-        if refresh {
-            self.delete_doc("commits", &id, tenant, None, false)
-                .await
-                .map(|_| ())
-        } else {
+    /// Ends the journal of a written commit: retired (an ingest's), or deleted before
+    /// the commit answers.
+    async fn end_journal(&self, tenant: &str, id: String, retire: bool) -> Result<()> {
+        if retire {
             self.retire(tenant, id);
-            Ok(())
+        } else {
+            self.delete_doc("commits", &id, tenant, None, false).await?;
         }
+        Ok(())
     }
 
     /// Writes a journal: created when `version` is `None`, else replaced at that
@@ -422,20 +410,18 @@ impl ClusterStore {
     /// recovery has none and reads each stored episode afresh.
     async fn roll_forward(&self, scope: &Scope, plan: &Value, context_lines: Vec<Value>) -> Result<()> {
         let tenant = scope.tenant().as_str();
-        let prepared: std::collections::HashSet<String> = context_lines
-            .iter()
-            .filter_map(|line| line["index"]["_id"].as_str().map(str::to_owned))
-            .collect();
+        let prepared = prepared_ids(&context_lines);
         // Contexts first, unrefreshed: they show with the inserts below.
         for context in plan["contexts"].as_array().into_iter().flatten() {
             let context: ContextStep = records::parse("commit journal context", context)?;
-            if !prepared.contains(&context.id) {
+            if !prepared.contains(context.id.as_str()) {
                 self.append_context(tenant, &context.id, &context.next).await?;
             }
         }
-        let mut lines = context_lines;
-        lines.extend(plan["lines"].as_array().cloned().unwrap_or_default());
-        lines.extend(self.retired_deletions());
+        let lines = self.committed_lines(
+            context_lines,
+            plan["lines"].as_array().cloned().unwrap_or_default(),
+        );
         let refresh = plan["refresh"].as_bool().unwrap_or(true);
         self.bulk_with(lines, &[409], refresh).await?;
         for step in plan["deferred"].as_array().into_iter().flatten() {
@@ -449,6 +435,15 @@ impl ClusterStore {
             }
         }
         Ok(())
+    }
+
+    /// The bulk of a committed plan: the prepared contexts, the inserts, and the
+    /// deletions of retired journals that ride with it.
+    fn committed_lines(&self, context_lines: Vec<Value>, inserts: Vec<Value>) -> Vec<Value> {
+        let mut lines = context_lines;
+        lines.extend(inserts);
+        lines.extend(self.retired_deletions());
+        lines
     }
 
     /// Puts back the journaled updates whose documents still hold what the commit
@@ -752,6 +747,14 @@ impl ClusterStore {
             Err(failure("episodes", &answer))
         }
     }
+}
+
+/// The stored episodes that prepared context lines write.
+fn prepared_ids(context_lines: &[Value]) -> std::collections::HashSet<&str> {
+    context_lines
+        .iter()
+        .filter_map(|line| line["index"]["_id"].as_str())
+        .collect()
 }
 
 /// A stored episode with `next` appended to its context; `None` when it is there.

@@ -304,13 +304,7 @@ impl World {
             limit: 100,
             cursor: None,
         };
-        let audited = store
-            .list_audit(scope, &all)
-            .await
-            .expect("audit")
-            .items
-            .iter()
-            .any(|event| event.id == self.audit.id);
+        let audited = audited(store, scope, &self.audit).await;
         let decided = store
             .list_decisions(scope, None, &all)
             .await
@@ -517,23 +511,31 @@ async fn ingest_whole(url: &str, store: &ClusterStore, scope: &Scope, change_set
     super::operations::raw_json(url, "POST", &format!("/{}-audit/_refresh", store.prefix()))
         .await
         .expect("refresh the audit index");
+    let mut audited_all = true;
+    for event in &change_set.audit {
+        audited_all &= audited(store, scope, event).await;
+    }
+    present.push(audited_all);
+    assert!(
+        present.iter().all(|&held| held) || present.iter().all(|&held| !held),
+        "a part of the ingest is stored: {present:?}"
+    );
+    audited_all
+}
+
+/// Whether the scope's audit lists `event`.
+async fn audited(store: &ClusterStore, scope: &Scope, event: &AuditEvent) -> bool {
     let all = PageRequest {
         limit: 100,
         cursor: None,
     };
-    let audited = store
+    store
         .list_audit(scope, &all)
         .await
         .expect("audit")
         .items
         .iter()
-        .any(|event| change_set.audit.iter().any(|written| written.id == event.id));
-    present.push(audited);
-    assert!(
-        present.iter().all(|&held| held) || present.iter().all(|&held| !held),
-        "a part of the ingest is stored: {present:?}"
-    );
-    audited
+        .any(|listed| listed.id == event.id)
 }
 
 /// An ingest's commit is one bulk that carries its journal. A failure at any request
