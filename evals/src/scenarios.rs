@@ -477,6 +477,20 @@ async fn run_scenario(
             for decision in decisions.items.iter().rev() {
                 eprintln!("    {} {}", decision.kind.as_str(), decision.reason);
             }
+            let facts = store
+                .list_facts(
+                    &scope,
+                    StatusFilter::All,
+                    as_of,
+                    &PageRequest {
+                        limit: 50,
+                        cursor: None,
+                    },
+                )
+                .await?;
+            for fact in facts.items.iter().rev() {
+                eprintln!("    fact {:?} {:?}: {}", fact.status, fact.fact_type, fact.text);
+            }
         }
         for key in [
             (mode.name(), "all".to_owned()),
@@ -758,6 +772,39 @@ mod tests {
                 &["The user lives in Lisbon."],
             ),
             Verdict::New
+        );
+        // A relationship that ended outdates what the partner was called; someone
+        // else's does not.
+        let marriage = ["The user's husband Mark handles all their finances."];
+        assert_eq!(
+            verdict(
+                &rules_only,
+                "The user's divorce was finalised last week.",
+                &marriage
+            ),
+            Verdict::Updates("m1".into())
+        );
+        assert_eq!(
+            verdict(&rules_only, "The user's sister got divorced.", &marriage),
+            Verdict::New
+        );
+        // A change of shift pattern, of how long without smoking, of a thing of the
+        // user's told to be otherwise now.
+        assert_eq!(
+            verdict(
+                &rules_only,
+                "The user started nights this week, rota changed.",
+                &["The user works day shifts at the hospital, 7 to 7."],
+            ),
+            Verdict::Updates("m1".into())
+        );
+        assert_eq!(
+            verdict(
+                &rules_only,
+                "The user is three months smoke-free today.",
+                &["The user smokes about a pack a week."],
+            ),
+            Verdict::Updates("m1".into())
         );
     }
 

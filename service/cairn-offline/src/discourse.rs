@@ -69,11 +69,22 @@ pub fn strip_openers(clause: &str) -> String {
     let mut text = clause.trim().to_owned();
     loop {
         let before = text.clone();
+        // A longer label is a heading when a statement of the user's follows it
+        // ("Quick background since you're new: I'm 34, ...").
         if let Some((label, rest)) = text.split_once(':')
             && !label.is_empty()
-            && label.split_whitespace().count() <= 4
             && !rest.trim().is_empty()
             && !label.chars().any(|c| c.is_ascii_digit())
+            && (label.split_whitespace().count() <= 4
+                || (label.split_whitespace().count() <= 8
+                    && !label
+                        .split_whitespace()
+                        .next()
+                        .is_some_and(|first| crate::language::is_first_person_start(&first.to_lowercase()))
+                    && rest
+                        .split_whitespace()
+                        .next()
+                        .is_some_and(|first| crate::language::is_first_person_start(&first.to_lowercase()))))
         {
             text = rest.trim().to_owned();
         }
@@ -124,6 +135,88 @@ pub fn strip_openers(clause: &str) -> String {
     words.join(" ")
 }
 
+/// Chat words that stand for a laugh or a tone and say nothing about anything, wherever
+/// they are said ("My cat is called Biscuit haha", "the best language imo, ...").
+const INTERJECTIONS: &[&str] = &[
+    "haha", "hahaha", "hah", "hehe", "lol", "lolol", "lmao", "rofl", "xd", "imo", "imho", "tbh", "tbf",
+    "ngl", "fwiw", "iirc", "afaik", "btw", "omg", ":)", ":-)", ":(", ":d", ";)", ":p",
+];
+
+/// Whether a character is a pictograph or part of one (emoji, their joiners and
+/// variation selectors, flags).
+fn is_pictograph(c: char) -> bool {
+    matches!(u32::from(c), 0x1F000..=0x1FAFF | 0x2600..=0x27BF | 0x2B00..=0x2BFF | 0xFE0F | 0x200D | 0x20E3)
+}
+
+/// A chat message as plain statements: pictographs between words end a clause as a
+/// comma would ("just got my first tattoo 🎉 a small fern on my wrist"), elsewhere they
+/// go, and interjections ([`INTERJECTIONS`]) go wherever they are, the punctuation
+/// after them staying with the word before.
+pub fn plain_chat(text: &str) -> String {
+    let mut spaced = String::with_capacity(text.len());
+    let mut in_pictographs = false;
+    for c in text.chars() {
+        if is_pictograph(c) {
+            if !in_pictographs {
+                spaced.push_str(" , ");
+            }
+            in_pictographs = true;
+        } else {
+            in_pictographs = false;
+            spaced.push(c);
+        }
+    }
+    let mut words: Vec<String> = Vec::new();
+    for word in spaced.split_whitespace() {
+        let core = word.trim_end_matches([',', '.', '!', '?', ';']);
+        let ending = &word[core.len()..];
+        let lower = core.to_lowercase();
+        if lower.is_empty() || INTERJECTIONS.contains(&lower.as_str()) {
+            match words.last_mut() {
+                Some(last) if !last.ends_with([',', '.', '!', '?', ';']) => last.push_str(ending),
+                Some(_) => {}
+                None => {}
+            }
+            continue;
+        }
+        words.push(word.to_owned());
+    }
+    words.join(" ")
+}
+
+/// Whether a part said after a comma only tells the listener why it was said ("in case
+/// that matters for the desk setup", "if that helps", "since you asked").
+fn says_why_it_was_said(part: &str) -> bool {
+    const OPENERS: &[&str] = &[
+        "in case",
+        "just in case",
+        "if that",
+        "if it",
+        "if this",
+        "since you",
+        "as you",
+    ];
+    const RELEVANCE: &[&str] = &[
+        "matters",
+        "matter",
+        "helps",
+        "help",
+        "relevant",
+        "useful",
+        "important",
+        "you",
+        "you're",
+    ];
+    let lower = part.trim().to_lowercase();
+    OPENERS
+        .iter()
+        .any(|opener| crate::language::contains_phrase(&lower, opener) && lower.starts_with(opener))
+        && lower
+            .split_whitespace()
+            .skip(1)
+            .any(|word| RELEVANCE.contains(&word.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')))
+}
+
 /// Fillers said in passing, between commas or in brackets.
 const FILLERS: &[&str] = &[
     "uh",
@@ -153,7 +246,10 @@ fn drop_asides(text: &str) -> String {
             .trim()
             .trim_matches(|c: char| matches!(c, '(' | ')' | '.' | '!'))
             .to_lowercase();
-        !part.is_empty() && (MARKERS.contains(&part.as_str()) || FILLERS.contains(&part.as_str()))
+        !part.is_empty()
+            && (MARKERS.contains(&part.as_str())
+                || FILLERS.contains(&part.as_str())
+                || says_why_it_was_said(&part))
     };
     let mut text = text.to_owned();
     // In brackets, anywhere.
@@ -450,6 +546,36 @@ pub fn restore_subject(clause: &str) -> String {
     };
     let first = bare(words[position]);
     let next = words.get(position + 1).map(|next| bare(next));
+    // "The divorce was finalised", "Graduation was yesterday": an event of a life told
+    // without whose it is, the user's own when nobody else is named before its verb.
+    let event_at = usize::from(first == "the");
+    if position == 0
+        && words
+            .get(event_at)
+            .is_some_and(|noun| LIFE_EVENTS.contains(&bare(noun).as_str()))
+        && words
+            .get(event_at + 1)
+            .is_some_and(|verb| EVENT_VERBS.contains(&bare(verb).as_str()))
+    {
+        return format!("My {}", lower_first(&words[event_at..].join(" ")));
+    }
+    // "Three months smoke-free today", "Two weeks sober": how long the user has been in
+    // a state, told without the user.
+    if position == 0
+        && crate::language::number(&first).is_some()
+        && next.as_deref().is_some_and(|unit| {
+            matches!(
+                unit,
+                "day" | "days" | "week" | "weeks" | "month" | "months" | "year" | "years"
+            )
+        })
+        && words.get(2).is_some_and(|state| {
+            let state = bare(state);
+            state.ends_with("-free") || STATES.contains(&state.as_str())
+        })
+    {
+        return format!("I'm {}", lower_first(&words.join(" ")));
+    }
     // "The new place is ...", "First week on the fraud team went well": a thing of the
     // user's, or the user's first time somewhere, told without its owner.
     if position == 0
@@ -480,6 +606,10 @@ pub fn restore_subject(clause: &str) -> String {
     if verb_first {
         return format!("I {lowered}");
     }
+    // "Officially done with my MPH": a state the user is in, told without the user.
+    if first == "done" && next.as_deref() == Some("with") {
+        return format!("I'm {lowered}");
+    }
     // "Taking a few weeks off", "Eating balanced meals now": what the user is doing,
     // a present participle followed by what it acts on, not by a verb of its own
     // ("Meeting went well").
@@ -509,6 +639,59 @@ pub fn restore_subject(clause: &str) -> String {
         return format!("My {lowered}");
     }
     clause.to_owned()
+}
+
+/// Events of a person's life that are someone's own ("the divorce", "graduation").
+const LIFE_EVENTS: &[&str] = &[
+    "divorce",
+    "graduation",
+    "wedding",
+    "engagement",
+    "transfer",
+    "promotion",
+    "retirement",
+    "breakup",
+    "separation",
+    "move",
+    "relocation",
+    "surgery",
+    "operation",
+    "interview",
+    "internship",
+    "probation",
+    "diagnosis",
+    "adoption",
+    "honeymoon",
+];
+
+/// Verbs that tell what happened to such an event.
+const EVENT_VERBS: &[&str] = &[
+    "was", "is", "went", "got", "came", "has", "had", "finally", "happened", "ended", "starts", "started",
+];
+
+/// States a person is in for a while, which a duration before them tells how long
+/// ("two weeks sober"); any "-free" state as well ("smoke-free").
+const STATES: &[&str] = &[
+    "sober",
+    "clean",
+    "married",
+    "engaged",
+    "divorced",
+    "single",
+    "retired",
+    "vegan",
+    "vegetarian",
+    "pregnant",
+    "unemployed",
+];
+
+/// `text` with its first letter in lower case.
+fn lower_first(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|c| format!("{}{}", c.to_lowercase(), chars.as_str()))
+        .unwrap_or_default()
 }
 
 /// Words in "-ing" that name a thing rather than what someone is doing.
@@ -585,10 +768,13 @@ pub fn about_known_thing(clause: &str, known: &std::collections::HashSet<String>
     let owned = matches!(bare(words.first()?).as_str(), "the" | "our");
     let thing = bare(words.get(usize::from(owned))?);
     let departed = crate::language::departed_value(clause);
+    // "The school run is on the cargo bike now": a thing of the user's that is told
+    // to be otherwise now is a change to it too.
+    let otherwise_now = owned && crate::language::contains_phrase(&clause.to_lowercase(), "now");
     if words.len() < 3
         || !crate::language::content_tokens(&thing).contains(&crate::language::stem(&thing))
         || !known.contains(&crate::language::stem(&thing))
-        || !departed.contains(&crate::language::stem(&thing))
+        || !(departed.contains(&crate::language::stem(&thing)) || otherwise_now)
     {
         return None;
     }
@@ -1081,6 +1267,33 @@ mod tests {
     }
 
     #[test]
+    fn an_event_of_a_life_and_a_time_in_a_state_are_the_users() {
+        assert_eq!(
+            restore_subject("The divorce was finalised last week"),
+            "My divorce was finalised last week"
+        );
+        assert_eq!(
+            restore_subject("Graduation was yesterday"),
+            "My graduation was yesterday"
+        );
+        assert_eq!(
+            restore_subject("Three months smoke-free today"),
+            "I'm three months smoke-free today"
+        );
+        assert_eq!(restore_subject("Two weeks sober"), "I'm two weeks sober");
+        assert_eq!(
+            restore_subject("Officially done with my MPH"),
+            "I'm done with my MPH"
+        );
+        // Not an event of a life, or not a state.
+        assert_eq!(restore_subject("The weather was awful"), "The weather was awful");
+        assert_eq!(
+            restore_subject("Three weeks until the exam"),
+            "Three weeks until the exam"
+        );
+    }
+
+    #[test]
     fn the_end_of_a_thing_the_user_spoke_of_is_kept() {
         let known: std::collections::HashSet<String> = crate::language::content_tokens(
             "The user broke their wrist, it's in a cast for six weeks. Scripts run by cron.",
@@ -1092,6 +1305,15 @@ mod tests {
         assert_eq!(
             about_known_thing("cron is retired and every pipeline is a Dagster job now", &known).as_deref(),
             Some("Cron is retired and every pipeline is a Dagster job now.")
+        );
+        let known = crate::language::content_tokens("I drive a 2012 Golf, mostly for the school run.");
+        assert_eq!(
+            about_known_thing("The school run is on the cargo bike now", &known).as_deref(),
+            Some("The user's school run is on the cargo bike now.")
+        );
+        assert_eq!(about_known_thing("The weather is lovely now", &known), None);
+        let known = crate::language::content_tokens(
+            "The user broke their wrist, it's in a cast for six weeks. Scripts run by cron.",
         );
         // Not an end, or not something the user spoke of.
         assert_eq!(about_known_thing("The cast was itchy", &known), None);

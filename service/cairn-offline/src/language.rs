@@ -105,6 +105,7 @@ const MODALS: &[&str] = &[
 ];
 
 const IRREGULAR_PAST: &[&str] = &[
+    "split",
     "was",
     "were",
     "had",
@@ -442,6 +443,38 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "moved in with",
             "moving in with",
             "moved into",
+            // Renting, owning or sharing a home.
+            "share a flat",
+            "shares a flat",
+            "sharing a flat",
+            "share a house",
+            "shares a house",
+            "flat in",
+            "place in",
+            "own place",
+            "keys to",
+            "rent a",
+            "rents a",
+            "renting a",
+        ],
+    ),
+    (
+        "studies",
+        &[
+            "master's",
+            "masters",
+            "degree",
+            "phd",
+            "mba",
+            "msc",
+            "mph",
+            "bachelor's",
+            "undergrad",
+            "dissertation",
+            "thesis",
+            "semester",
+            "studying",
+            "graduation",
         ],
     ),
     (
@@ -490,6 +523,47 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "paleo",
             "plant-based",
             "plant based",
+        ],
+    ),
+    (
+        "smoking",
+        &[
+            "smoke",
+            "smokes",
+            "smoking",
+            "smoker",
+            "cigarette",
+            "vape",
+            "vapes",
+            "vaping",
+        ],
+    ),
+    (
+        "shift pattern",
+        &[
+            "day shift",
+            "night shift",
+            "early shift",
+            "late shift",
+            "on nights",
+            "started nights",
+            "working nights",
+            "works nights",
+            "rota",
+        ],
+    ),
+    (
+        "workplace",
+        &[
+            "office",
+            "remote",
+            "work from home",
+            "works from home",
+            "working from home",
+            "working from",
+            "works from",
+            "wfh",
+            "hybrid",
         ],
     ),
     (
@@ -556,10 +630,35 @@ const CATEGORY_SLOTS: &[(&str, &[&str])] = &[
     (
         "editor",
         &[
-            "editor", "vim", "emacs", "vscode", "vs code", "neovim", "intellij",
+            "editor",
+            "vim",
+            "emacs",
+            "vscode",
+            "vs code",
+            "neovim",
+            "intellij",
+            "sublime",
+            "zed",
+            "helix",
+            "pycharm",
+            "webstorm",
+            "xcode",
+            "notepad++",
         ],
     ),
     ("coffee", &["coffee", "espresso", "latte", "tea"]),
+    (
+        "music service",
+        &[
+            "spotify",
+            "apple music",
+            "tidal",
+            "deezer",
+            "youtube music",
+            "soundcloud",
+            "pandora",
+        ],
+    ),
     (
         "gym",
         &[
@@ -609,6 +708,8 @@ const RELATIONS: &[&str] = &[
     "uncle",
     "cousin",
     "roommate",
+    "flatmate",
+    "housemate",
     "colleague",
     "girlfriend",
     "boyfriend",
@@ -624,6 +725,76 @@ pub fn mentions_someone(text: &str) -> bool {
         let word = word.strip_suffix("'s").unwrap_or(&word);
         RELATIONS.contains(&word) && word != "team"
     })
+}
+
+/// What the user may call a partner.
+const PARTNERS: &[&str] = &[
+    "girlfriend",
+    "boyfriend",
+    "partner",
+    "husband",
+    "wife",
+    "fiancé",
+    "fiancée",
+    "fiance",
+    "fiancee",
+];
+
+/// What a statement tells of the user's relationship: that it ended, or that it
+/// moved on to an engagement or a marriage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartnerChange {
+    Ended,
+    Engaged,
+    Married,
+}
+
+/// The change of relationship a statement of the user's tells ("The user's divorce was
+/// finalised", "Tom and the user split up", "The user is engaged"), or `None`.
+pub fn partner_change(text: &str) -> Option<PartnerChange> {
+    let lower = text.to_lowercase();
+    let said = |phrases: &[&str]| phrases.iter().any(|phrase| contains_phrase(&lower, phrase));
+    if said(&[
+        "divorce",
+        "divorced",
+        "broke up",
+        "split up",
+        "separated",
+        "break-up",
+        "breakup",
+    ]) {
+        Some(PartnerChange::Ended)
+    } else if said(&["engaged", "proposed", "engagement"]) {
+        Some(PartnerChange::Engaged)
+    } else if said(&["got married", "married now", "wedding was", "newlyweds"]) {
+        Some(PartnerChange::Married)
+    } else {
+        None
+    }
+}
+
+/// The word a fact calls the user's partner by ("the user's husband Mark ..."), if it
+/// names one.
+pub fn names_partner(text: &str) -> Option<&'static str> {
+    let lower = text.to_lowercase();
+    PARTNERS
+        .iter()
+        .find(|partner| {
+            contains_phrase(&lower, &format!("the user's {partner}"))
+                || contains_phrase(&lower, &format!("their {partner}"))
+        })
+        .copied()
+}
+
+/// Whether a partner called `partner` is no longer called so after `change`: any
+/// partner after an end, a girlfriend, boyfriend or partner after an engagement, and a
+/// fiancé(e) too after a marriage.
+pub fn outdated_partner(change: PartnerChange, partner: &str) -> bool {
+    match change {
+        PartnerChange::Ended => true,
+        PartnerChange::Engaged => matches!(partner, "girlfriend" | "boyfriend" | "partner"),
+        PartnerChange::Married => !matches!(partner, "husband" | "wife"),
+    }
 }
 
 /// Jobs, so "a nurse at St. Mary's" is about employment.
@@ -824,6 +995,7 @@ pub fn announces_change(text: &str) -> bool {
         "switch to",
         "changed to",
         "changing to",
+        "changed",
         "moved to",
         "moving to",
         "no longer",
@@ -867,9 +1039,30 @@ pub fn announces_change(text: &str) -> bool {
         "graduated",
         "transferred",
         "promoted",
+        // The end of a thing or a state, and a new stage of a life.
+        "no more",
+        "got rid of",
+        "done with",
+        "graduation",
+        "split up",
+        "separated",
+        "divorce",
+        "engaged",
+        "got married",
+        "starts at",
+        "starting at",
+        "first week",
+        "went remote",
+        "fully remote",
+        "keys to",
+        "sober",
     ]
     .iter()
     .any(|phrase| contains_phrase(&lower, phrase))
+        || lower.split_whitespace().any(|word| {
+            word.trim_matches(|c: char| !c.is_alphanumeric() && c != '-')
+                .ends_with("-free")
+        })
 }
 
 /// The value a change statement says no longer holds, as content tokens, taken from
@@ -899,6 +1092,11 @@ pub fn departed_value(text: &str) -> Vec<String> {
         "replacing",
         "swapped",
         "ditched",
+        "got rid of",
+        "getting rid of",
+        "no more",
+        "done with",
+        "finished with",
         "not using",
         "no longer using",
         "no longer uses",
@@ -999,16 +1197,21 @@ pub fn departed_value(text: &str) -> Vec<String> {
         "subscription",
         "contract",
     ];
-    let words: Vec<String> = text
-        .to_lowercase()
+    let lower = text.to_lowercase();
+    // Each word, and whether a clause ends after it ("Cancelled Spotify, Apple Music
+    // came free": the value is Spotify alone).
+    let (words, clause_ends): (Vec<String>, Vec<bool>) = lower
         .split_whitespace()
         .map(|word| {
-            word.trim_matches(|c: char| !c.is_alphanumeric() && c != '.' && c != '-')
-                .trim_end_matches('.')
-                .to_owned()
+            (
+                word.trim_matches(|c: char| !c.is_alphanumeric() && c != '.' && c != '-')
+                    .trim_end_matches('.')
+                    .to_owned(),
+                word.ends_with([',', ';', ':', '!', '?']),
+            )
         })
-        .filter(|word| !word.is_empty())
-        .collect();
+        .filter(|(word, _)| !word.is_empty())
+        .unzip();
     // The same tokens `content_tokens` gives a stored fact, so they can be compared.
     let value_tokens = |value: &[String]| -> Vec<String> {
         let mut tokens: Vec<String> = content_tokens(&value.join(" "))
@@ -1036,14 +1239,14 @@ pub fn departed_value(text: &str) -> Vec<String> {
             {
                 continue;
             }
-            let rest = &words[start + marker_words.len()..];
+            let after = start + marker_words.len();
             let mut value = Vec::new();
-            for word in rest {
+            for (word, ends) in words[after..].iter().zip(&clause_ends[after..]) {
                 if ENDS.contains(&word.as_str()) && !value_tokens(&value).is_empty() {
                     break;
                 }
                 value.push(word.clone());
-                if value.len() >= 5 {
+                if value.len() >= 5 || *ends {
                     break;
                 }
             }
@@ -1373,6 +1576,51 @@ mod tests {
         ] {
             assert_eq!(slot(text).map(|s| s.name), Some(name.into()), "{text}");
         }
+    }
+
+    #[test]
+    fn a_relationship_that_ends_or_moves_on_outdates_what_the_partner_was_called() {
+        assert_eq!(
+            partner_change("The user's divorce was finalised last week."),
+            Some(PartnerChange::Ended)
+        );
+        assert_eq!(
+            partner_change("Trip's off, Tom and the user split up last month."),
+            Some(PartnerChange::Ended)
+        );
+        assert_eq!(
+            partner_change("The user is engaged."),
+            Some(PartnerChange::Engaged)
+        );
+        assert_eq!(partner_change("The user lives in Leeds."), None);
+        assert_eq!(
+            names_partner("The user's husband Mark handles all their finances."),
+            Some("husband")
+        );
+        assert_eq!(names_partner("The user's sister Anna is a nurse."), None);
+        assert!(outdated_partner(PartnerChange::Ended, "husband"));
+        assert!(outdated_partner(PartnerChange::Engaged, "girlfriend"));
+        assert!(!outdated_partner(PartnerChange::Engaged, "wife"));
+        assert!(!outdated_partner(PartnerChange::Married, "husband"));
+    }
+
+    #[test]
+    fn the_value_a_change_ends_stops_at_its_clause() {
+        let departed = |text: &str| departed_value(text).join(" ");
+        assert_eq!(
+            departed("The user cancelled Spotify, Apple Music came free with their new phone plan."),
+            "spotify"
+        );
+        assert_eq!(
+            departed("No more Sublime for them, Zed does everything."),
+            "sublime"
+        );
+        assert_eq!(departed("The user got rid of the Golf."), "golf");
+        assert!(announces_change("The user is three months smoke-free today."));
+        assert!(announces_change(
+            "The user started nights this week, rota changed."
+        ));
+        assert!(!announces_change("The user works day shifts at the hospital."));
     }
 
     #[test]

@@ -132,7 +132,7 @@ fn about_someone_known(clause: &str, names: &std::collections::HashSet<String>) 
 /// that starts a new first-person statement ("... and I ...", "..., but my ...").
 pub fn clauses(text: &str) -> Vec<String> {
     let mut result = Vec::new();
-    for sentence in announced(sentences(text)) {
+    for sentence in announced(sentences(&discourse::plain_chat(text))) {
         let sentence = sentence.trim();
         // A statement that ends in a short question ("Planning my move to Amsterdam next
         // month, any tips?") keeps the statement.
@@ -152,6 +152,13 @@ pub fn clauses(text: &str) -> Vec<String> {
             }
             _ => sentence,
         };
+        // A question says nothing about the user, except what it takes for granted
+        // ("... on my new Framework laptop?").
+        let asked = match sentence.rfind('?') {
+            Some(index) => &sentence[..index],
+            None => "",
+        };
+        result.extend(asked.split('?').filter_map(taken_for_granted));
         if sentence.is_empty() || sentence.ends_with('?') {
             continue;
         }
@@ -172,14 +179,43 @@ pub fn clauses(text: &str) -> Vec<String> {
             );
             // "My boyfriend Sam and I live ...", "Sam and I broke up": one statement with
             // a compound subject.
+            // After a lead-in ("Trip's off, Tom and I split up"), the subject is what
+            // follows its comma.
+            let subject = match current.iter().rposition(|word| word.ends_with(',')) {
+                Some(comma) => &current[comma + 1..],
+                None => &current[..],
+            };
             let compound_subject = bare == "and"
-                && current.len() <= 3
-                && (current
+                && !subject.is_empty()
+                && subject.len() <= 3
+                && (subject
                     .first()
                     .is_some_and(|first| matches!(first.to_lowercase().as_str(), "my" | "our"))
-                    || current
+                    || subject
                         .iter()
                         .all(|word| word.chars().next().is_some_and(char::is_uppercase)));
+            // "I'm 34, I rent a one-bed in Leeds": a statement of the user's, then another
+            // after a comma.
+            // (after a heading ending in a colon, the statement opens after it).
+            let user_speaks = |word: &str| {
+                matches!(
+                    word.to_lowercase().replace('’', "'").trim_matches(','),
+                    "i" | "i'm" | "i've" | "i'd" | "we" | "we're" | "we've"
+                )
+            };
+            let opener = match current.iter().rposition(|word| word.ends_with(':')) {
+                Some(heading) => current.get(heading + 1),
+                None => current.first(),
+            };
+            let after_statement = word.ends_with(',')
+                && opener.is_some_and(|opener| user_speaks(opener))
+                && next.as_deref().is_some_and(user_speaks);
+            if after_statement {
+                current.push(word);
+                result.push(current.join(" ").trim_end_matches(',').to_owned());
+                current.clear();
+                continue;
+            }
             if conjunction && starts_statement && !current.is_empty() && !compound_subject {
                 result.push(current.join(" ").trim_end_matches(',').to_owned());
                 current.clear();
@@ -198,6 +234,34 @@ pub fn clauses(text: &str) -> Vec<String> {
     }
     result.retain(|clause| !clause.is_empty());
     result
+}
+
+/// What a question takes for granted about the user: a new thing of theirs ("What
+/// settings should I use on my new Framework laptop" → "I have a new Framework
+/// laptop"; its names, then the one noun they qualify), or `None`.
+fn taken_for_granted(question: &str) -> Option<String> {
+    const ENDS: &[&str] = &[
+        "to", "of", "in", "on", "with", "for", "about", "at", "from", "by", "and", "or", "but", "is", "was",
+        "be", "that", "if", "when", "so",
+    ];
+    let words: Vec<&str> = question.split_whitespace().collect();
+    let at = words
+        .windows(2)
+        .position(|pair| pair[0].eq_ignore_ascii_case("my") && pair[1].eq_ignore_ascii_case("new"))?;
+    let mut thing = Vec::new();
+    for word in &words[at + 2..] {
+        let bare = word.trim_matches(|c: char| !c.is_alphanumeric() && c != '-');
+        if bare.is_empty() || ENDS.contains(&bare.to_lowercase().as_str()) {
+            break;
+        }
+        thing.push(bare);
+        // Names, then the noun they qualify ("Framework laptop", "puppy").
+        let named = bare.chars().next().is_some_and(char::is_uppercase);
+        if !named || thing.len() >= 4 || word.ends_with([',', ';', ':']) {
+            break;
+        }
+    }
+    (!thing.is_empty()).then(|| format!("I have a new {}", thing.join(" ")))
 }
 
 /// A news headline of the user's own and what it is, said as two sentences ("new job!
@@ -882,6 +946,22 @@ impl Judge for OfflineJudge {
                 ));
             }
         }
+        // A relationship of the user's that ended ("the divorce was finalised") or moved on
+        // ("we're engaged") outdates the lasting fact that calls the partner by what
+        // they no longer are ("my husband Mark ...", "my girlfriend Priya ...").
+        if let Some(change) = language::partner_change(&candidate.text)
+            && !language::mentions_someone(&candidate.text)
+            && let Some(holder) = ranked.iter().find(|shown_fact| {
+                shown_fact.fact.fact_type != FactType::Event
+                    && language::names_partner(&shown_fact.fact.text)
+                        .is_some_and(|partner| language::outdated_partner(change, partner))
+            })
+        {
+            return Ok(judgement(
+                Verdict::Updates(holder.alias.clone()),
+                "a change of relationship outdates what the partner was called".to_owned(),
+            ));
+        }
         // A change to another kind of the same thing ("transferred to the search team"
         // against "on the ads team", "night shifts" against "day shifts") replaces the
         // lasting fact that held the old kind, unless the candidate still names it.
@@ -1029,9 +1109,60 @@ mod tests {
             clauses("Oh and penicillin too, I found out the hard way."),
             vec!["Oh and penicillin too", "I found out the hard way"]
         );
+        // Two statements of the user's joined by a comma are two clauses; a lead-in
+        // before the comma is not a statement of its own.
         assert_eq!(
-            clauses("I'm too tired, I need sleep"),
-            vec!["I'm too tired, I need sleep"]
+            clauses(
+                "Quick background since you're new: I'm 34, I rent a one-bed in Leeds, and I work as a paramedic."
+            ),
+            vec![
+                "Quick background since you're new: I'm 34",
+                "I rent a one-bed in Leeds",
+                "I work as a paramedic"
+            ]
+        );
+        assert_eq!(
+            clauses("When I deploy, I run the tests"),
+            vec!["When I deploy, I run the tests"]
+        );
+    }
+
+    #[test]
+    fn a_question_keeps_what_it_takes_for_granted() {
+        assert_eq!(
+            clauses(
+                "What export settings should I use in Premiere on my new Framework laptop? Sold the MacBook to a friend."
+            ),
+            vec!["I have a new Framework laptop", "Sold the MacBook to a friend"]
+        );
+        assert_eq!(
+            clauses("Can my new puppy eat grapes?"),
+            vec!["I have a new puppy"]
+        );
+        assert!(clauses("What should I pack for Lisbon?").is_empty());
+    }
+
+    #[test]
+    fn chat_words_and_pictographs_say_nothing() {
+        assert_eq!(
+            clauses("My cat is called Biscuit haha, my daughter named her"),
+            vec!["My cat is called Biscuit, my daughter named her"]
+        );
+        assert_eq!(
+            clauses("just got my first tattoo 🎉 a small fern on my wrist 🌿"),
+            vec!["just got my first tattoo, a small fern on my wrist"]
+        );
+        assert_eq!(
+            third_person(&discourse::strip_openers(
+                "P.S. I'm left-handed, in case that matters for the desk setup"
+            )),
+            Some("The user is left-handed.".to_owned())
+        );
+        assert_eq!(
+            third_person(&discourse::strip_openers(
+                "I cycle to work, if it rains I take the bus"
+            )),
+            Some("The user cycles to work, if it rains the user takes the bus.".to_owned())
         );
     }
 
