@@ -14,9 +14,12 @@ use cairn_offline::language;
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
 
-/// The stemmed words the user said, and those only the assistant said, in a batch.
+/// The stemmed words the user said, and those only the assistant said, in a batch,
+/// with the roots of the user's ([`language::root`]: a model may say "transferring"
+/// where the user said "transfer").
 pub(crate) struct Vocabulary {
     user: HashSet<String>,
+    user_roots: HashSet<String>,
     assistant: HashSet<String>,
 }
 
@@ -31,8 +34,10 @@ impl Vocabulary {
                 .map(|token| language::stem(&token))
                 .collect()
         };
+        let user = stems(&mut user_texts.into_iter());
         Vocabulary {
-            user: stems(&mut user_texts.into_iter()),
+            user_roots: user.iter().map(|stem| language::root(stem)).collect(),
+            user,
             assistant: stems(&mut assistant_texts.into_iter()),
         }
     }
@@ -48,7 +53,9 @@ impl Vocabulary {
 pub(crate) fn grounding(text: &str, words: &Vocabulary) -> Result<(), String> {
     let ungrounded: Vec<String> = language::distinctive_tokens(text)
         .into_iter()
-        .filter(|token| !words.user.contains(&language::stem(token)))
+        .filter(|token| {
+            !words.user.contains(&language::stem(token)) && !words.user_roots.contains(&language::root(token))
+        })
         .collect();
     if ungrounded.is_empty() {
         let content = language::content_tokens(text);
@@ -266,6 +273,10 @@ mod tests {
         );
         let nobody = grounding("The user moved to Porto", &words).expect_err("nobody said it");
         assert!(nobody.contains("the user never said"), "{nobody}");
+        // Another form of a verb the user said is theirs.
+        let words = Vocabulary::new(["The transfer went through, I start at the Berlin office"], []);
+        assert!(grounding("The user is transferring to the Berlin office", &words).is_ok());
+        assert!(grounding("The user is relocating to the Berlin office", &words).is_err());
     }
 
     #[test]

@@ -362,6 +362,28 @@ pub fn stem(token: &str) -> String {
     token
 }
 
+/// A word's root across its verb forms as well as its plural ("transferring",
+/// "transferred" and "transfer" share "transfer"; "moving", "moved" and "move" share
+/// "mov"): the suffixes "-ing" and "-ed" go where at least three letters stay, with a
+/// doubled last consonant undone, and a final "e" goes.
+pub fn root(token: &str) -> String {
+    let stemmed = stem(token);
+    for suffix in ["ing", "ed"] {
+        if let Some(base) = stemmed.strip_suffix(suffix)
+            && base.chars().count() >= 3
+        {
+            let mut letters = base.chars().rev();
+            return match (letters.next(), letters.next()) {
+                (Some(last), Some(before)) if last == before && !"aeiouslz".contains(last) => {
+                    base[..base.len() - last.len_utf8()].to_owned()
+                }
+                _ => base.trim_end_matches('e').to_owned(),
+            };
+        }
+    }
+    stemmed.trim_end_matches('e').to_owned()
+}
+
 /// Token-set Jaccard similarity after normalisation.
 pub fn jaccard(left: &str, right: &str) -> f64 {
     let left: HashSet<String> = tokens(left).into_iter().collect();
@@ -1602,6 +1624,17 @@ mod tests {
         assert!(outdated_partner(PartnerChange::Engaged, "girlfriend"));
         assert!(!outdated_partner(PartnerChange::Engaged, "wife"));
         assert!(!outdated_partner(PartnerChange::Married, "husband"));
+    }
+
+    #[test]
+    fn verb_forms_share_a_root() {
+        assert_eq!(root("transferring"), root("transfer"));
+        assert_eq!(root("transferred"), "transfer");
+        assert_eq!(root("moving"), root("move"));
+        assert_eq!(root("moved"), root("moves"));
+        assert_eq!(root("falling"), "fall");
+        assert_ne!(root("thing"), root("th"));
+        assert_eq!(root("bed"), "bed");
     }
 
     #[test]
