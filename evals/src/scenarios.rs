@@ -798,6 +798,23 @@ mod tests {
             ),
             Verdict::Updates("m1".into())
         );
+        // A death ends what was current about the one who died; a birth a pregnancy.
+        assert_eq!(
+            verdict(
+                &rules_only,
+                "The user lost Bruno on Sunday.",
+                &["The user's old labrador Bruno sleeps under their desk all day."],
+            ),
+            Verdict::Updates("m1".into())
+        );
+        assert_eq!(
+            verdict(
+                &rules_only,
+                "The user's daughter Ada was born on Tuesday.",
+                &["The user's wife is pregnant with their first, due in March."],
+            ),
+            Verdict::Updates("m1".into())
+        );
         assert_eq!(
             verdict(
                 &rules_only,

@@ -6,6 +6,10 @@
 /// Discourse markers that open a statement without adding to it, longest first.
 const MARKERS: &[&str] = &[
     "just so you know",
+    "forgot to say",
+    "forgot to mention",
+    "it turns out",
+    "turns out",
     "quick update",
     "update on my life",
     "big news",
@@ -139,7 +143,8 @@ pub fn strip_openers(clause: &str) -> String {
 /// they are said ("My cat is called Biscuit haha", "the best language imo, ...").
 const INTERJECTIONS: &[&str] = &[
     "haha", "hahaha", "hah", "hehe", "lol", "lolol", "lmao", "rofl", "xd", "imo", "imho", "tbh", "tbf",
-    "ngl", "fwiw", "iirc", "afaik", "btw", "omg", ":)", ":-)", ":(", ":d", ";)", ":p",
+    "ngl", "fwiw", "iirc", "afaik", "btw", "omg", "lowkey", "highkey", "rn", "xx", "xoxo", ":)", ":-)", ":(",
+    ":d", ";)", ":p",
 ];
 
 /// Whether a character is a pictograph or part of one (emoji, their joiners and
@@ -603,11 +608,32 @@ pub fn restore_subject(clause: &str) -> String {
     {
         return format!("My {lowered}");
     }
-    if verb_first {
+    // A participle that says how the user is ("Obsessed with ...") is no verb of
+    // theirs ("I obsessed with ...").
+    let state = first.ends_with("ed")
+        && first.len() > 4
+        && next
+            .as_deref()
+            .is_some_and(|next| matches!(next, "with" | "about" | "of" | "by"));
+    if verb_first && !state {
         return format!("I {lowered}");
     }
-    // "Officially done with my MPH": a state the user is in, told without the user.
-    if first == "done" && next.as_deref() == Some("with") {
+    // "Can't run at the moment", "Don't eat pork": a negated verb with its subject left
+    // out.
+    if NEGATED.contains(&first.replace('’', "'").as_str())
+        && next
+            .as_deref()
+            .is_some_and(|next| next.chars().all(char::is_alphabetic) && !AUXILIARIES.contains(&next))
+    {
+        return format!("I {lowered}");
+    }
+    // "Officially done with my MPH", "Obsessed with cold water swimming": a state the
+    // user is in, told without the user.
+    if (first == "done" || state)
+        && next
+            .as_deref()
+            .is_some_and(|next| matches!(next, "with" | "about" | "of" | "by"))
+    {
         return format!("I'm {lowered}");
     }
     // "Taking a few weeks off", "Eating balanced meals now": what the user is doing,
@@ -640,6 +666,20 @@ pub fn restore_subject(clause: &str) -> String {
     }
     clause.to_owned()
 }
+
+/// Negated auxiliaries that open a statement with its subject left out.
+const NEGATED: &[&str] = &[
+    "can't",
+    "cannot",
+    "won't",
+    "don't",
+    "didn't",
+    "haven't",
+    "hasn't",
+    "couldn't",
+    "wouldn't",
+    "shouldn't",
+];
 
 /// Events of a person's life that are someone's own ("the divorce", "graduation").
 const LIFE_EVENTS: &[&str] = &[
@@ -1281,6 +1321,15 @@ mod tests {
             "I'm three months smoke-free today"
         );
         assert_eq!(restore_subject("Two weeks sober"), "I'm two weeks sober");
+        assert_eq!(
+            restore_subject("Can't run at the moment"),
+            "I can't run at the moment"
+        );
+        assert_eq!(
+            restore_subject("Obsessed with cold water swimming"),
+            "I'm obsessed with cold water swimming"
+        );
+        assert_eq!(restore_subject("Moved to Leeds"), "I moved to Leeds");
         assert_eq!(
             restore_subject("Officially done with my MPH"),
             "I'm done with my MPH"

@@ -441,7 +441,8 @@ impl Slot {
 }
 
 const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
-    ("name", &["name is", "called me", "go by"]),
+    // The user's own name; "his name is Omar" names someone else.
+    ("name", &["user's name is", "my name is", "called me", "go by"]),
     ("age", &["years old", "turned"]),
     (
         "residence",
@@ -524,6 +525,10 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "got a job",
             "first day at",
             "teach",
+            "lecture",
+            "lectures",
+            "lecturing",
+            "lecturer",
             "retired",
             "resigned",
             "fired",
@@ -541,6 +546,9 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "eat meat",
             "eats meat",
             "eating meat",
+            "eat fish",
+            "eats fish",
+            "eating fish",
             "carnivore",
             "paleo",
             "plant-based",
@@ -589,6 +597,19 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "work terms",
+        &[
+            "contract",
+            "permanent",
+            "full time",
+            "full-time",
+            "part time",
+            "part-time",
+            "days a week",
+            "freelance",
+        ],
+    ),
+    (
         "relationship",
         &[
             "married",
@@ -600,6 +621,7 @@ const EXCLUSIVE_SLOTS: &[(&str, &[&str])] = &[
             "dating",
             "broke up",
             "partner",
+            "seeing someone",
         ],
     ),
 ];
@@ -747,6 +769,70 @@ pub fn mentions_someone(text: &str) -> bool {
         let word = word.strip_suffix("'s").unwrap_or(&word);
         RELATIONS.contains(&word) && word != "team"
     })
+}
+
+/// The name of someone the statement says died or was lost ("We lost Bruno on
+/// Sunday", "Rufus passed away", "had to put Rufus down"), lower-cased, or `None`.
+pub fn death_of(text: &str) -> Option<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let name = |word: &str| -> Option<String> {
+        let bare = word.trim_matches(|c: char| !c.is_alphanumeric());
+        (bare.chars().next().is_some_and(char::is_uppercase) && bare.len() > 1 && bare != "I")
+            .then(|| bare.to_lowercase())
+    };
+    for (index, pair) in words.windows(2).enumerate() {
+        let [first, second] = pair else {
+            continue;
+        };
+        let verb = first.to_lowercase();
+        let after = second.to_lowercase();
+        let after = after.trim_matches(|c: char| !c.is_alphanumeric());
+        // "lost Bruno", "put Rufus down", "Bruno died", "Rufus passed away".
+        let put_down = verb == "put"
+            && words
+                .get(index + 2)
+                .is_some_and(|word| word.to_lowercase().starts_with("down"));
+        let found = if (matches!(verb.as_str(), "lost" | "buried") && index > 0) || put_down {
+            name(second)
+        } else if matches!(after, "died" | "passed") && index > 0 {
+            name(first)
+        } else {
+            None
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// Whether a statement tells of a birth, which ends a pregnancy.
+pub fn tells_a_birth(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    [
+        "was born",
+        "were born",
+        "gave birth",
+        "had the baby",
+        "had our baby",
+        "had their baby",
+    ]
+    .iter()
+    .any(|phrase| contains_phrase(&lower, phrase))
+}
+
+/// Whether a fact holds a pregnancy.
+pub fn holds_a_pregnancy(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    [
+        "pregnant",
+        "expecting a baby",
+        "expecting their first",
+        "due in",
+        "due on",
+    ]
+    .iter()
+    .any(|phrase| contains_phrase(&lower, phrase))
 }
 
 /// What the user may call a partner.
@@ -947,7 +1033,16 @@ fn attribute_slot(lower: &str) -> Option<Slot> {
             }
         }
     }
-    let professional = PROFESSIONS.iter().any(|job| mentions(&lower, job));
+    // A job the text gives someone: not "the doctor" or "their doctor", who is someone
+    // the user deals with.
+    let words: Vec<&str> = lower.split_whitespace().collect();
+    let professional = PROFESSIONS.iter().any(|job| {
+        words.iter().enumerate().any(|(index, word)| {
+            let bare = word.trim_matches(|c: char| !c.is_alphanumeric());
+            (bare == *job || bare == format!("{job}s"))
+                && !(index > 0 && matches!(words[index - 1], "the" | "their" | "my" | "his" | "her" | "our"))
+        })
+    });
     for (name, phrases) in EXCLUSIVE_SLOTS {
         if phrases.iter().any(|phrase| mentions(&lower, phrase)) || (*name == "employment" && professional) {
             return Some(Slot {
@@ -1078,6 +1173,16 @@ pub fn announces_change(text: &str) -> bool {
         "fully remote",
         "keys to",
         "sober",
+        "again",
+        "back at",
+        "back in",
+        "back home",
+        "back with",
+        "switched",
+        "switching",
+        "bumped",
+        "handed in",
+        "permanent",
     ]
     .iter()
     .any(|phrase| contains_phrase(&lower, phrase))
@@ -1116,6 +1221,10 @@ pub fn departed_value(text: &str) -> Vec<String> {
         "ditched",
         "got rid of",
         "getting rid of",
+        "notice at",
+        "goodbye",
+        "bye bye",
+        "farewell",
         "no more",
         "done with",
         "finished with",
@@ -1276,6 +1385,27 @@ pub fn departed_value(text: &str) -> Vec<String> {
             if !tokens.is_empty() {
                 return tokens;
             }
+        }
+    }
+    // "exported everything out of LastPass into Bitwarden", "moved the project off AWS
+    // onto Hetzner": what lies between "out of" or "off" and where it went.
+    for start in 0..words.len() {
+        let after = match (words[start].as_str(), words.get(start + 1).map(String::as_str)) {
+            ("out", Some("of")) => start + 2,
+            ("off", _) => start + 1,
+            _ => continue,
+        };
+        let Some(to) = words
+            .iter()
+            .skip(after)
+            .take(5)
+            .position(|word| matches!(word.as_str(), "into" | "onto" | "to" | "for"))
+        else {
+            continue;
+        };
+        let tokens = value_tokens(&words[after..after + to]);
+        if !tokens.is_empty() {
+            return tokens;
         }
     }
     for marker in BEFORE {
@@ -1638,6 +1768,29 @@ mod tests {
     }
 
     #[test]
+    fn a_death_names_who_died_and_a_birth_ends_a_pregnancy() {
+        assert_eq!(
+            death_of("The user lost Bruno on Sunday."),
+            Some("bruno".to_owned())
+        );
+        assert_eq!(
+            death_of("The user had to put Rufus down."),
+            Some("rufus".to_owned())
+        );
+        assert_eq!(
+            death_of("The user's dog Bruno died on Sunday."),
+            Some("bruno".to_owned())
+        );
+        assert_eq!(death_of("The user lost their keys."), None);
+        assert_eq!(death_of("The user put Anna in touch with a recruiter."), None);
+        assert!(tells_a_birth("The user's daughter Ada was born on Tuesday."));
+        assert!(holds_a_pregnancy(
+            "The user's wife is pregnant with their first, due in March."
+        ));
+        assert!(!holds_a_pregnancy("The user's report is due."));
+    }
+
+    #[test]
     fn the_value_a_change_ends_stops_at_its_clause() {
         let departed = |text: &str| departed_value(text).join(" ");
         assert_eq!(
@@ -1649,6 +1802,19 @@ mod tests {
             "sublime"
         );
         assert_eq!(departed("The user got rid of the Golf."), "golf");
+        assert_eq!(
+            departed("After the breach the user exported everything out of LastPass into Bitwarden."),
+            "lastpass"
+        );
+        assert_eq!(
+            departed("The user moved the side project off AWS onto a couple of Hetzner boxes."),
+            "aws"
+        );
+        assert_eq!(
+            departed("The user put Fedora on the desktop, goodbye Windows."),
+            "window"
+        );
+        assert_eq!(departed("The user ran out of coffee."), "");
         assert!(announces_change("The user is three months smoke-free today."));
         assert!(announces_change(
             "The user started nights this week, rota changed."

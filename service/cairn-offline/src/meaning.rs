@@ -136,6 +136,34 @@ const SLOTS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "energy supplier",
+        &[
+            "The user's energy supplier is British Gas.",
+            "The user switched their gas and electricity to a cheaper supplier.",
+        ],
+    ),
+    (
+        "broadband provider",
+        &[
+            "The user's broadband is with Virgin Media.",
+            "The user changed internet provider at home.",
+        ],
+    ),
+    (
+        "web browser",
+        &[
+            "The user browses the web with Chrome.",
+            "The user's browser is Firefox.",
+        ],
+    ),
+    (
+        "operating system",
+        &[
+            "The user's computer runs Windows.",
+            "The user installed Linux on their desktop.",
+        ],
+    ),
+    (
         "training goal",
         &[
             "The user is training for a marathon.",

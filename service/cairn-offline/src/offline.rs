@@ -61,6 +61,7 @@ impl Extractor for OfflineExtractor {
                 }
                 let Some(text) = third_person(&clause)
                     .or_else(|| discourse::resolve(&clause, previous.as_deref(), same_message))
+                    .or_else(|| acts_on_the_user(&clause))
                     .or_else(|| about_someone_known(&clause, &names))
                     .or_else(|| discourse::about_known_thing(&clause, &known_things))
                     .or_else(|| for_the_user(&clause))
@@ -207,8 +208,16 @@ pub fn clauses(text: &str) -> Vec<String> {
                 Some(heading) => current.get(heading + 1),
                 None => current.first(),
             };
+            // A statement with its subject left out opens with its verb ("Handed in my
+            // notice at Boots, I'm doing locum shifts").
+            let subjectless = |word: &str| {
+                let word = discourse::bare(word);
+                language::is_past_tense(&word) && !matches!(word.as_str(), "was" | "were" | "had" | "did")
+            };
             let after_statement = word.ends_with(',')
-                && opener.is_some_and(|opener| user_speaks(opener))
+                && opener.is_some_and(|opener| {
+                    user_speaks(opener) || (subjectless(opener) && !current.is_empty())
+                })
                 && next.as_deref().is_some_and(user_speaks);
             if after_statement {
                 current.push(word);
@@ -518,6 +527,46 @@ pub fn third_person(clause: &str) -> Option<String> {
         text = trimmed[first.len()..].to_owned();
     }
     discourse::as_sentence(text.trim().trim_end_matches([',', ':']))
+}
+
+/// A statement of what someone did to the user ("Ocado made me permanent today",
+/// "physio signed me off today"): "me" right after a past tense, no "I" in it, and not
+/// a request or a question. The user's words in it become the user's ("The physio
+/// signed the user off today."); `None` for anything else.
+fn acts_on_the_user(clause: &str) -> Option<String> {
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let lower: Vec<String> = words.iter().map(|word| discourse::bare(word)).collect();
+    let at = lower
+        .windows(2)
+        .position(|pair| language::is_past_tense(&pair[0]) && pair[1] == "me")?;
+    let opening = lower.first().map(String::as_str).unwrap_or_default();
+    if language::opens_question(opening)
+        || matches!(
+            opening,
+            "please" | "thanks" | "thank" | "can" | "could" | "would" | "will"
+        )
+        || lower
+            .iter()
+            .any(|word| language::is_first_person_start(word) && word != "my")
+        || at == 0
+    {
+        return None;
+    }
+    let out: Vec<String> = words
+        .iter()
+        .zip(&lower)
+        .map(|(word, bare)| {
+            let ending = &word[word.trim_end_matches(|c: char| !c.is_alphanumeric()).len()..];
+            match bare.as_str() {
+                "me" => format!("the user{ending}"),
+                "my" => format!("their{ending}"),
+                "mine" => format!("theirs{ending}"),
+                "myself" => format!("themselves{ending}"),
+                _ => (*word).to_owned(),
+            }
+        })
+        .collect();
+    discourse::as_sentence(out.join(" ").trim().trim_end_matches([',', ':', '.', '!']))
 }
 
 /// A statement that holds "for me" without the user as its subject ("it's swimming
@@ -946,6 +995,24 @@ impl Judge for OfflineJudge {
                 ));
             }
         }
+        // A death ends what was current about the one who died ("we lost Bruno on
+        // Sunday" against "Bruno sleeps under my desk"); a birth ends a pregnancy.
+        let died = language::death_of(&candidate.text);
+        let born = language::tells_a_birth(&candidate.text);
+        if (died.is_some() || born)
+            && let Some(holder) = ranked.iter().find(|shown_fact| {
+                shown_fact.fact.fact_type != FactType::Event
+                    && (died
+                        .as_ref()
+                        .is_some_and(|name| language::names(&shown_fact.fact.text).contains(name))
+                        || (born && language::holds_a_pregnancy(&shown_fact.fact.text)))
+            })
+        {
+            return Ok(judgement(
+                Verdict::Updates(holder.alias.clone()),
+                "a death or a birth ends what the fact held".to_owned(),
+            ));
+        }
         // A relationship of the user's that ended ("the divorce was finalised") or moved on
         // ("we're engaged") outdates the lasting fact that calls the partner by what
         // they no longer are ("my husband Mark ...", "my girlfriend Priya ...").
@@ -994,11 +1061,18 @@ impl Judge for OfflineJudge {
         // A slot the word lists name for the candidate but for no fact shown ("moved in
         // with ..." against "lives alone in a studio ...") is matched by meaning too.
         // The shown fact most similar to the candidate among those in its slot.
+        // A lasting fact before an event in the same slot.
         let in_slot: Option<&ShownFact> = candidate_slot.as_ref().and_then(|slot| {
-            ranked
-                .iter()
-                .copied()
-                .find(|shown_fact| language::slot_among(&shown_fact.fact.text, &known).as_ref() == Some(slot))
+            let mut holders = ranked.iter().copied().filter(|shown_fact| {
+                language::slot_among(&shown_fact.fact.text, &known).as_ref() == Some(slot)
+            });
+            let first = holders.next()?;
+            Some(
+                std::iter::once(first)
+                    .chain(holders)
+                    .find(|shown_fact| shown_fact.fact.fact_type != FactType::Event)
+                    .unwrap_or(first),
+            )
         });
         if in_slot.is_none()
             && !also
@@ -1057,7 +1131,16 @@ impl Judge for OfflineJudge {
                     format!("same {} slot; a change to another named value", slot.name()),
                 ));
             }
-            if (event_meets_lasting || keeps_value) && !changing {
+            // An event the user did in a slot that holds one value, naming nothing the
+            // fact named, moves the slot on ("started nights" against "day shifts").
+            let shared_name = language::names(&candidate.text)
+                .iter()
+                .any(|name| language::names(&shown_fact.fact.text).contains(name));
+            let moves_on = slot.is_exclusive()
+                && !keeps_value
+                && !shared_name
+                && language::tells_a_change(&candidate.text);
+            if (event_meets_lasting || keeps_value) && !changing && !moves_on {
                 return Ok(judgement(
                     Verdict::Extends(alias),
                     format!(
@@ -1125,6 +1208,13 @@ mod tests {
             clauses("When I deploy, I run the tests"),
             vec!["When I deploy, I run the tests"]
         );
+        assert_eq!(
+            clauses("Handed in my notice at Boots, I'm doing locum shifts from next week."),
+            vec![
+                "Handed in my notice at Boots",
+                "I'm doing locum shifts from next week"
+            ]
+        );
     }
 
     #[test]
@@ -1140,6 +1230,21 @@ mod tests {
             vec!["I have a new puppy"]
         );
         assert!(clauses("What should I pack for Lisbon?").is_empty());
+    }
+
+    #[test]
+    fn what_someone_did_to_the_user_is_about_the_user() {
+        assert_eq!(
+            acts_on_the_user("Ocado made me permanent today"),
+            Some("Ocado made the user permanent today.".to_owned())
+        );
+        assert_eq!(
+            acts_on_the_user("physio signed me off today, running again from monday"),
+            Some("Physio signed the user off today, running again from monday.".to_owned())
+        );
+        assert_eq!(acts_on_the_user("Can you remind me tomorrow"), None);
+        assert_eq!(acts_on_the_user("Tell me a joke"), None);
+        assert_eq!(acts_on_the_user("I asked them to call me"), None);
     }
 
     #[test]
