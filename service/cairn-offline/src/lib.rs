@@ -1,5 +1,5 @@
 //! The offline adapter of Cairn's consolidation ports: an extractor and a judge made of
-//! English rules (about 3,400 lines with their word lists), the default when no LLM
+//! English rules (about 4,200 lines with their word lists), the default when no LLM
 //! provider is configured, so the default install consolidates end to end with no model
 //! download and no network.
 //!
