@@ -1373,9 +1373,10 @@ async fn a_spent_token_budget_defers_background_runs_and_refuses_explicit_ones()
     assert_eq!(facts!(&service, &other, "ines").len(), 1);
 }
 
-/// Two current facts in one single-valued slot: recall ranks the later statement first
-/// and marks the earlier one as possibly outdated; two values of an attribute that holds
-/// several ("also allergic to shellfish") are no conflict.
+/// Two current facts in one single-valued slot (written explicitly, so no judge compared
+/// them): recall ranks the later statement first and marks the earlier one as possibly
+/// outdated; two values of an attribute that holds several ("also allergic to
+/// shellfish") are no conflict.
 #[actix_web::test]
 async fn recall_marks_the_earlier_of_two_values_in_one_slot() {
     let harness = harness_with(|_| ()).await;
@@ -1396,10 +1397,40 @@ async fn recall_marks_the_earlier_of_two_values_in_one_slot() {
             body["hits"].as_array().cloned().unwrap_or_default()
         }
     };
-    ingest!(service, &bearer, "u1", [{ "role": "user", "content": "I smoke about ten cigarettes a day",
+    // Consolidation sees this change ("since my last cigarette" in the smoking slot)...
+    ingest!(service, &bearer, "u0", [{ "role": "user", "content": "I smoke about ten cigarettes a day",
         "timestamp": "2026-01-05T09:00:00Z" }]);
-    ingest!(service, &bearer, "u1", [{ "role": "user", "content": "It's been a month since my last cigarette",
+    ingest!(service, &bearer, "u0", [{ "role": "user", "content": "It's been a month since my last cigarette",
         "timestamp": "2026-03-05T09:00:00Z" }]);
+    let current = items!(service, &bearer, "/v1/users/u0/facts?status=active");
+    assert_eq!(current.len(), 1, "{current:#?}");
+    assert!(
+        current[0]["text"]
+            .as_str()
+            .is_some_and(|text| text.contains("last cigarette")),
+        "{current:#?}"
+    );
+    // ...and explicit writes, which no judge compares, leave both current: recall ranks them.
+    for (text, valid_from) in [
+        (
+            "The user smokes about ten cigarettes a day.",
+            "2026-01-05T09:00:00Z",
+        ),
+        (
+            "It has been a month since the user's last cigarette.",
+            "2026-03-05T09:00:00Z",
+        ),
+    ] {
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/u1/facts",
+            Some(&bearer),
+            Some(json!({ "text": text, "valid_from": valid_from })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
     let hits = recall("u1", "does the user smoke").await;
     let position = |needle: &str| {
         hits.iter()
