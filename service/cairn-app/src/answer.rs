@@ -5,6 +5,10 @@
 //! `Settings::answer_min_similarity`, calibrated on LoCoMo by `evals/run --answer`),
 //! answer with its best sentence and cite it and the other memories above the bar.
 //! Below the bar, `known` is false and nothing is cited: the memories do not say.
+//! A question that names someone ("What did Melanie paint?") is answered only from
+//! memories that name them too: a memory about somebody else ("Caroline: I painted a
+//! sunset") may be close in meaning but does not say, unless the name is the user's own
+//! (a current fact "The user's name is Melanie").
 //!
 //! With an answerer (an LLM provider), the answer is written from the recalled memories
 //! alone, shown under aliases: the citations are the aliases it names that were shown,
@@ -13,14 +17,17 @@
 use crate::recall::memory_text;
 use crate::{Cairn, RecallHit, RecallRequest};
 use cairn_core::{Answerer, Memory, Result, Scope, ShownMemory, Tier};
+use cairn_offline::language;
 use chrono::{DateTime, Utc};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// At most this many memories are cited by an extractive answer.
 const MAX_CITATIONS: usize = 3;
 /// Memories recalled for an extractive answer, and shown to an answerer.
 const EXTRACTIVE_RECALL: usize = 5;
 const SHOWN_TO_ANSWERER: usize = 8;
+/// Facts looked at for the user's own name.
+const NAME_LOOKUP: usize = 3;
 
 #[derive(Clone, Debug)]
 pub struct AnswerRequest {
@@ -35,7 +42,8 @@ pub struct Answer {
     pub known: bool,
     /// Ids of the memories that support the answer, best first.
     pub citations: Vec<String>,
-    /// The best memory's similarity to the question (cosine), which decided `known`.
+    /// The best similarity (cosine) to the question of a memory that names someone the
+    /// question names, which decided `known`.
     pub support: f64,
 }
 
@@ -84,11 +92,41 @@ impl Cairn {
         if let Some(answerer) = &self.answerer {
             return composed(answerer.as_ref(), &query, &result.hits).await;
         }
-        Ok(extractive(
-            &query,
-            &result.hits,
-            self.settings.answer_min_similarity,
-        ))
+        let threshold = self.settings.answer_min_similarity;
+        let asked = language::names(&query);
+        let answer = extractive(&query, &result.hits, threshold, &asked);
+        if answer.known || asked.is_empty() {
+            return Ok(answer);
+        }
+        // Refused for a name: if the name is the user's own, every memory is about them.
+        let mut own = HashSet::new();
+        for name in &asked {
+            if self.is_users_name(scope, name, request.as_of).await? {
+                own.insert(name.clone());
+            }
+        }
+        if own.is_empty() {
+            return Ok(answer);
+        }
+        let others: HashSet<String> = asked.difference(&own).cloned().collect();
+        Ok(extractive(&query, &result.hits, threshold, &others))
+    }
+
+    /// Whether a current fact of the scope says the user is called `name` (lower-cased).
+    async fn is_users_name(&self, scope: &Scope, name: &str, as_of: Option<DateTime<Utc>>) -> Result<bool> {
+        let mut recall = RecallRequest::new(format!("the user's name is {name}"));
+        recall.tiers = vec![Tier::Semantic];
+        recall.k = Some(NAME_LOOKUP);
+        recall.as_of = as_of;
+        let result = self.recall(scope, recall).await?;
+        let stated = format!("name is {name}");
+        Ok(result.hits.iter().any(|hit| match &hit.memory {
+            Memory::Fact(fact) => {
+                let text = fact.text.to_lowercase();
+                text.contains("user's name is") && text.contains(&stated)
+            }
+            Memory::Episode(_) | Memory::Playbook(_) => false,
+        }))
     }
 }
 
@@ -134,12 +172,88 @@ async fn composed(answerer: &dyn Answerer, question: &str, hits: &[RecallHit]) -
     })
 }
 
-/// The best supporting sentence of the recalled memories, when the best of them is close
-/// enough in meaning to the question.
-fn extractive(query: &str, hits: &[RecallHit], threshold: f64) -> Answer {
+/// Whether `memory` names someone in `asked` (lower-cased names), at any position, other
+/// than in addressing them ("Thanks, Caroline!" is said to Caroline, not about her).
+fn names_one(memory: &Memory, asked: &HashSet<String>) -> bool {
+    if asked.is_empty() {
+        return true;
+    }
+    let text = memory_text(memory);
+    let addressed = addressed(&text);
+    text.split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .any(|word| asked.contains(&word) && !addressed.contains(&word))
+}
+
+/// Words that open a greeting or a thanks before the name of whoever is addressed.
+const GREETINGS: &[&str] = &[
+    "hey",
+    "hi",
+    "hello",
+    "thanks",
+    "thank",
+    "you",
+    "yo",
+    "oh",
+    "wow",
+    "yes",
+    "yeah",
+    "yep",
+    "sure",
+    "sorry",
+    "congrats",
+    "congratulations",
+    "bye",
+    "dear",
+    "morning",
+    "night",
+];
+
+/// The names `text` addresses someone by (lower-cased): a capitalised word followed by
+/// a comma or an end of sentence, after a comma, a semicolon, the start of the text or a
+/// greeting ("Hey Mel!", "..., Caroline.").
+fn addressed(text: &str) -> HashSet<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut names = HashSet::new();
+    for (index, word) in words.iter().enumerate() {
+        let Some(last) = word.chars().last() else {
+            continue;
+        };
+        let name = word.trim_end_matches(|c: char| !c.is_alphanumeric());
+        if !matches!(last, '!' | ',' | '.' | '?')
+            || !name.chars().next().is_some_and(char::is_uppercase)
+            || !name.chars().all(char::is_alphabetic)
+        {
+            continue;
+        }
+        let after_break = match index.checked_sub(1).map(|before| words[before]) {
+            None => true,
+            Some(before) => {
+                before.ends_with([',', ';'])
+                    || GREETINGS.contains(
+                        &before
+                            .trim_matches(|c: char| !c.is_alphanumeric())
+                            .to_lowercase()
+                            .as_str(),
+                    )
+            }
+        };
+        if after_break {
+            names.insert(name.to_lowercase());
+        }
+    }
+    names
+}
+
+/// The best supporting sentence of the recalled memories that name everyone the
+/// question names (`asked`, one of them), when the best of them is close enough in meaning to the
+/// question.
+fn extractive(query: &str, hits: &[RecallHit], threshold: f64, asked: &HashSet<String>) -> Answer {
+    let hits: Vec<&RecallHit> = hits.iter().filter(|hit| names_one(&hit.memory, asked)).collect();
     // The best supported hit among the top ones (fusion may rank a lexical match first).
     let Some((support, chosen)) = hits
         .iter()
+        .copied()
         .map(|hit| (similarity(hit), hit))
         .reduce(|kept, next| if next.0 > kept.0 { next } else { kept })
     else {
@@ -194,7 +308,23 @@ fn best_sentence(text: &str, query: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::best_sentence;
+    use super::{addressed, best_sentence};
+
+    #[test]
+    fn a_name_said_to_someone_is_not_said_of_them() {
+        let names = |text: &str| {
+            let mut names: Vec<String> = addressed(text).into_iter().collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            names("Melanie: Thanks, Caroline! The race was great."),
+            ["caroline"]
+        );
+        assert_eq!(names("Hey Mel! I saw Anna. Yes, Tom, she did."), ["mel", "tom"]);
+        assert!(names("Caroline: I went to a support group with Anna yesterday").is_empty());
+        assert!(names("I met Anna, and then we went home").is_empty());
+    }
 
     #[test]
     fn the_answer_is_the_sentence_that_meets_the_question() {

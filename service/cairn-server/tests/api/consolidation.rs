@@ -463,6 +463,56 @@ async fn with_a_scripted_provider_answers_cite_only_what_was_shown() {
     assert_eq!(birthday["known"], false, "{birthday}");
 }
 
+/// Offline, a question about someone the memories do not name is not known, however
+/// close in meaning they are; the same question about the user is, and so is the
+/// question by the user's own name once they have said it.
+#[actix_web::test]
+async fn offline_answers_about_someone_else_are_not_known() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let ask = |user: &'static str, query: &'static str| {
+        let owner = owner.clone();
+        async move {
+            let (status, body, _) = call(
+                service,
+                Method::POST,
+                &format!("/v1/users/{user}/answer"),
+                Some(&owner),
+                Some(json!({ "query": query })),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            body
+        }
+    };
+    for user in ["kim", "mel"] {
+        ingest!(service, &owner, user, [{ "role": "user",
+            "content": "Thanks, Melanie! I painted a watercolour of the sunset over the lake" }]);
+    }
+    let mine = ask("kim", "What did I paint of the lake at sunset?").await;
+    assert_eq!(mine["known"], true, "{mine}");
+    assert!(
+        mine["answer"]
+            .as_str()
+            .is_some_and(|text| text.contains("watercolour")),
+        "{mine}"
+    );
+    // "Melanie" is only addressed, not spoken of: nothing says what she painted.
+    let hers = ask("kim", "What did Melanie paint of the lake at sunset?").await;
+    assert_eq!(hers, json!({ "answer": "", "known": false, "citations": [] }));
+
+    ingest!(service, &owner, "mel", [{ "role": "user", "content": "My name is Melanie" }]);
+    let own = ask("mel", "What did Melanie paint of the lake at sunset?").await;
+    assert_eq!(own["known"], true, "{own}");
+    assert!(
+        own["answer"]
+            .as_str()
+            .is_some_and(|text| text.contains("watercolour")),
+        "{own}"
+    );
+}
+
 #[actix_web::test]
 async fn what_only_the_assistant_said_is_not_remembered() {
     let script = Arc::new(Mutex::new(Script {
