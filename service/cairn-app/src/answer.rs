@@ -112,18 +112,18 @@ impl Cairn {
         Ok(extractive(&query, &result.hits, threshold, &others))
     }
 
-    /// Whether a current fact of the scope says the user is called `name` (lower-cased).
+    /// Whether a current fact of the scope in the user's name slot (the one consolidation
+    /// keeps, `language::slot`) names `name` (lower-cased).
     async fn is_users_name(&self, scope: &Scope, name: &str, as_of: Option<DateTime<Utc>>) -> Result<bool> {
         let mut recall = RecallRequest::new(format!("the user's name is {name}"));
         recall.tiers = vec![Tier::Semantic];
         recall.k = Some(NAME_LOOKUP);
         recall.as_of = as_of;
         let result = self.recall(scope, recall).await?;
-        let stated = format!("name is {name}");
         Ok(result.hits.iter().any(|hit| match &hit.memory {
             Memory::Fact(fact) => {
-                let text = fact.text.to_lowercase();
-                text.contains("user's name is") && text.contains(&stated)
+                language::slot(&fact.text).is_some_and(|slot| slot.name() == "name")
+                    && language::names(&fact.text).contains(name)
             }
             Memory::Episode(_) | Memory::Playbook(_) => false,
         }))
@@ -245,8 +245,8 @@ fn addressed(text: &str) -> HashSet<String> {
     names
 }
 
-/// The best supporting sentence of the recalled memories that name everyone the
-/// question names (`asked`, one of them), when the best of them is close enough in meaning to the
+/// The best supporting sentence of the recalled memories that name someone the
+/// question names (`asked`), when the best of them is close enough in meaning to the
 /// question.
 fn extractive(query: &str, hits: &[RecallHit], threshold: f64, asked: &HashSet<String>) -> Answer {
     let hits: Vec<&RecallHit> = hits.iter().filter(|hit| names_one(&hit.memory, asked)).collect();

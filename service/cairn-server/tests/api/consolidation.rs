@@ -248,6 +248,22 @@ macro_rules! items {
     }};
 }
 
+/// The answer route's body for `$user`'s question, asserting it answered 200.
+macro_rules! answer {
+    ($service:expr, $bearer:expr, $user:expr, $query:expr) => {{
+        let (status, body, _) = call(
+            $service,
+            Method::POST,
+            &format!("/v1/users/{}/answer", $user),
+            Some($bearer),
+            Some(json!({ "query": $query })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }};
+}
+
 macro_rules! facts {
     ($service:expr, $bearer:expr, $user:expr) => {
         items!(
@@ -428,23 +444,8 @@ async fn with_a_scripted_provider_answers_cite_only_what_was_shown() {
         .into_iter()
         .find(|fact| fact["text"].as_str().is_some_and(|text| text.contains("Puma")))
         .expect("the Puma fact");
-    let ask = |query: &'static str| {
-        let owner = owner.clone();
-        async move {
-            let (status, body, _) = call(
-                service,
-                Method::POST,
-                "/v1/users/sam/answer",
-                Some(&owner),
-                Some(json!({ "query": query })),
-            )
-            .await;
-            assert_eq!(status, StatusCode::OK, "{body}");
-            body
-        }
-    };
     let calls = script.lock().expect("lock").calls;
-    let sneakers = ask("Which sneakers do I wear?").await;
+    let sneakers = answer!(service, &owner, "sam", "Which sneakers do I wear?");
     assert_eq!(sneakers["known"], true, "{sneakers}");
     assert_eq!(sneakers["answer"], "You switched to Puma.");
     assert_eq!(
@@ -457,9 +458,9 @@ async fn with_a_scripted_provider_answers_cite_only_what_was_shown() {
         calls + 1,
         "one provider call per answer"
     );
-    let guitar = ask("Which guitar do I play?").await;
+    let guitar = answer!(service, &owner, "sam", "Which guitar do I play?");
     assert_eq!(guitar, json!({ "answer": "", "known": false, "citations": [] }));
-    let birthday = ask("When is my birthday?").await;
+    let birthday = answer!(service, &owner, "sam", "When is my birthday?");
     assert_eq!(birthday["known"], false, "{birthday}");
 }
 
@@ -471,26 +472,11 @@ async fn offline_answers_about_someone_else_are_not_known() {
     let harness = harness_with(|_| ()).await;
     let service = &harness.service;
     let owner = token("acme", ALL);
-    let ask = |user: &'static str, query: &'static str| {
-        let owner = owner.clone();
-        async move {
-            let (status, body, _) = call(
-                service,
-                Method::POST,
-                &format!("/v1/users/{user}/answer"),
-                Some(&owner),
-                Some(json!({ "query": query })),
-            )
-            .await;
-            assert_eq!(status, StatusCode::OK, "{body}");
-            body
-        }
-    };
     for user in ["kim", "mel"] {
         ingest!(service, &owner, user, [{ "role": "user",
             "content": "Thanks, Melanie! I painted a watercolour of the sunset over the lake" }]);
     }
-    let mine = ask("kim", "What did I paint of the lake at sunset?").await;
+    let mine = answer!(service, &owner, "kim", "What did I paint of the lake at sunset?");
     assert_eq!(mine["known"], true, "{mine}");
     assert!(
         mine["answer"]
@@ -499,11 +485,21 @@ async fn offline_answers_about_someone_else_are_not_known() {
         "{mine}"
     );
     // "Melanie" is only addressed, not spoken of: nothing says what she painted.
-    let hers = ask("kim", "What did Melanie paint of the lake at sunset?").await;
+    let hers = answer!(
+        service,
+        &owner,
+        "kim",
+        "What did Melanie paint of the lake at sunset?"
+    );
     assert_eq!(hers, json!({ "answer": "", "known": false, "citations": [] }));
 
     ingest!(service, &owner, "mel", [{ "role": "user", "content": "My name is Melanie" }]);
-    let own = ask("mel", "What did Melanie paint of the lake at sunset?").await;
+    let own = answer!(
+        service,
+        &owner,
+        "mel",
+        "What did Melanie paint of the lake at sunset?"
+    );
     assert_eq!(own["known"], true, "{own}");
     assert!(
         own["answer"]
