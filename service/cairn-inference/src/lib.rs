@@ -211,6 +211,8 @@ fn load_session(environment: &Environment, path: &Path, intra_threads: usize) ->
         .map_err(|error| options_error(&error))?
         .with_intra_threads(intra_threads.max(1))
         .map_err(|error| options_error(&error))?
+        .with_intra_op_spinning(false)
+        .map_err(|error| options_error(&error))?
         .commit_from_file(path)
         .map_err(|error| Error::Unavailable(format!("{}: {error}", path.display())))
 }
