@@ -76,8 +76,9 @@ pub struct Config {
     pub embedding_model_dir: Option<PathBuf>,
     pub embedding_dimension: usize,
     /// ONNX Runtime threads inside one inference run: two by default (one on a one-core
-    /// machine). Runs are serialised on one inference thread, so this is also the most
-    /// cores inference takes at once.
+    /// machine). The embedder's runs are serialised on its one inference thread, so it
+    /// takes at most this many cores; a local reranker, when configured, runs its own
+    /// session beside it with as many.
     pub inference_threads: usize,
     /// How a tier's legs combine.
     pub fusion: FusionKind,
