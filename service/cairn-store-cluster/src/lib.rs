@@ -16,6 +16,7 @@ mod docs;
 pub mod mappings;
 pub mod query;
 mod records;
+mod statistics;
 mod usage;
 mod vectors;
 
@@ -82,6 +83,8 @@ pub struct ClusterStore {
     retired: Arc<commit::Retired>,
     /// Ingests readied while their episodes were embedded (see `commit::Prepared`).
     prepared: Arc<commit::Prepared>,
+    /// The scope statistics text searches counted, kept a while (see `statistics`).
+    statistics: Arc<statistics::StatisticsCache>,
 }
 
 /// Whether the indices are known to be in place: reads and writes wait for it.
@@ -207,6 +210,7 @@ impl ClusterStore {
             states: Arc::default(),
             retired: Arc::default(),
             prepared: Arc::default(),
+            statistics: Arc::default(),
         })
     }
 
@@ -844,11 +848,18 @@ fn tier_index(tier: Tier) -> &'static str {
 
 /// A text leg's hits from its search answer: the candidates rescored by BM25 over the
 /// scope's own statistics (the answer's `scope` aggregation), best first.
-fn text_hits(query: &TextQuery, terms: &[bm25::Term], answer: &Value) -> Result<Vec<TextHit>> {
-    let tier = query.filter.tier;
-    let found = records::hits(answer)?;
+/// Which of the scope's counts a text query's scores need.
+fn counted(query: &TextQuery) -> statistics::Counted {
+    statistics::Counted {
+        tier: query.filter.tier,
+        with_context: query.searches_context(),
+    }
+}
+
+/// The scope's counts a text search's aggregation brought back ([`query::term_statistics`]).
+fn counted_statistics(terms: &[bm25::Term], answer: &Value) -> ScopeStatistics {
     let counted = &answer["aggregations"]["scope"]["in_scope"];
-    let statistics = ScopeStatistics {
+    ScopeStatistics {
         documents: counted["doc_count"].as_u64().unwrap_or(0),
         containing: (0..terms.len())
             .map(|index| {
@@ -857,7 +868,17 @@ fn text_hits(query: &TextQuery, terms: &[bm25::Term], answer: &Value) -> Result<
                     .unwrap_or(0)
             })
             .collect(),
-    };
+    }
+}
+
+fn text_hits(
+    query: &TextQuery,
+    statistics: &ScopeStatistics,
+    terms: &[bm25::Term],
+    answer: &Value,
+) -> Result<Vec<TextHit>> {
+    let tier = query.filter.tier;
+    let found = records::hits(answer)?;
     let context_weight = if query.searches_context() {
         Some(query.context_weight)
     } else {
@@ -874,7 +895,7 @@ fn text_hits(query: &TextQuery, terms: &[bm25::Term], answer: &Value) -> Result<
             fields
         })
         .collect();
-    let scores = bm25::scores(terms, &statistics, &fields);
+    let scores = bm25::scores(terms, statistics, &fields);
     let mut hits = found
         .iter()
         .zip(scores)
@@ -940,7 +961,10 @@ impl MemoryStore for ClusterStore {
 
     async fn commit(&self, scope: &Scope, change_set: ChangeSet) -> Result<()> {
         self.ready()?;
-        self.commit_change_set(scope, &change_set).await
+        let committed = self.commit_change_set(scope, &change_set).await;
+        // Applied or not, the scope's records may have changed: its counts go.
+        self.statistics.written(scope);
+        committed
     }
 
     async fn prepare_episodes(&self, scope: &Scope, episodes: &[cairn_core::Episode]) -> Result<()> {
@@ -950,7 +974,11 @@ impl MemoryStore for ClusterStore {
 
     async fn recover_commits(&self, older_than: Duration) -> Result<u64> {
         self.ready()?;
-        self.recover_journals(older_than).await
+        let recovered = self.recover_journals(older_than).await;
+        if !matches!(recovered, Ok(0)) {
+            self.statistics.written_anywhere();
+        }
+        recovered
     }
 
     async fn get_fact(&self, scope: &Scope, fact_id: &str) -> Result<Option<Fact>> {
@@ -1168,14 +1196,24 @@ impl MemoryStore for ClusterStore {
     ) -> Result<(Vec<Vec<TextHit>>, Vec<Vec<TextHit>>)> {
         self.ready()?;
         let terms: Vec<Vec<bm25::Term>> = texts.iter().map(|query| bm25::query_terms(&query.text)).collect();
+        // The scope's counts of each query's terms, when this process knows them.
+        let known: Vec<(Option<ScopeStatistics>, statistics::Ticket)> = texts
+            .iter()
+            .zip(&terms)
+            .map(|(query, terms)| {
+                let stems: Vec<&str> = terms.iter().map(|term| term.stem.as_str()).collect();
+                self.statistics.lookup(scope, counted(query), &stems)
+            })
+            .collect();
         // `text_search` has no body for a query without a searchable term.
         let mut searches: Vec<(&str, Value)> = texts
             .iter()
             .zip(&terms)
-            .filter_map(|(query, terms)| {
+            .zip(&known)
+            .filter_map(|((query, terms), (known, _))| {
                 Some((
                     tier_index(query.filter.tier),
-                    query::text_search(scope, query, terms)?,
+                    query::text_search(scope, query, terms, known.is_none())?,
                 ))
             })
             .collect();
@@ -1190,12 +1228,29 @@ impl MemoryStore for ClusterStore {
                 .ok_or_else(|| Error::Storage("_msearch: an answer is missing".into()))
         };
         let mut text_legs = Vec::with_capacity(texts.len());
-        for (query, terms) in texts.iter().zip(&terms) {
-            text_legs.push(if terms.is_empty() {
-                Vec::new()
-            } else {
-                text_hits(query, terms, &next()?)?
-            });
+        for ((query, terms), (known, ticket)) in texts.iter().zip(&terms).zip(known) {
+            if terms.is_empty() {
+                text_legs.push(Vec::new());
+                continue;
+            }
+            let answer = next()?;
+            let statistics = match known {
+                Some(statistics) => statistics,
+                None => {
+                    let statistics = counted_statistics(terms, &answer);
+                    let stems: Vec<&str> = terms.iter().map(|term| term.stem.as_str()).collect();
+                    self.statistics.keep(
+                        scope,
+                        counted(query),
+                        &stems,
+                        &statistics,
+                        ticket,
+                        std::time::Instant::now(),
+                    );
+                    statistics
+                }
+            };
+            text_legs.push(text_hits(query, &statistics, terms, &answer)?);
         }
         let mut vector_legs = Vec::with_capacity(vectors.len());
         for query in vectors {
@@ -1605,6 +1660,7 @@ impl MemoryStore for ClusterStore {
 
     async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
         self.ready()?;
+        self.statistics.written(scope);
         // Journals, ingests, use counts and state documents are written without a
         // refresh: every document written so far must be found.
         self.refresh_indices(&INDICES).await?;
@@ -1634,6 +1690,7 @@ impl MemoryStore for ClusterStore {
             docs::audit(scope, &audit),
         )
         .await?;
+        self.statistics.written(scope);
         Ok(receipt)
     }
 }

@@ -94,24 +94,28 @@ fn read_fields(filter: &SearchFilter) -> Value {
 /// The candidates of a text search: any of the query's stems among a record's indexed
 /// stems (`terms`, and an episode's `context_terms`: see `bm25::index_terms`), inside
 /// the tier's scope and currency filter, ranked by the index. Their scores are computed
-/// afresh from the scope's own statistics ([`term_statistics`], counted by the same
-/// request). `None` without a searchable term.
-pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term]) -> Option<Value> {
+/// afresh from the scope's own statistics: [`term_statistics`], counted by the same
+/// request when `count` (the store keeps counts a while, see `statistics`). `None`
+/// without a searchable term.
+pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term], count: bool) -> Option<Value> {
     let filter = &query.filter;
     if terms.is_empty() {
         return None;
     }
     let stems: Vec<&str> = terms.iter().map(|term| term.stem.as_str()).collect();
-    Some(json!({
+    let mut body = json!({
         "size": filter.limit,
         "track_total_hits": false,
         "_source": read_fields(filter),
         "query": { "bool": {
             "filter": restrictions(scope, filter),
             "must": matching(query, stems.join(" "))
-        } },
-        "aggs": { "scope": term_statistics(scope, query, terms) }
-    }))
+        } }
+    });
+    if count {
+        body["aggs"] = json!({ "scope": term_statistics(scope, query, terms) });
+    }
+    Some(body)
 }
 
 /// The aggregation a text search carries for its scores: the scope's documents in a

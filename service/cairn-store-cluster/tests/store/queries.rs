@@ -41,19 +41,25 @@ fn text_queries_filter_scope_and_currency() {
     let terms = bm25::query_terms("Which sneakers does the user like?");
     for tier in [Tier::Semantic, Tier::Episodic, Tier::Procedural] {
         let query = TextQuery::new(filter(tier), "Which sneakers does the user like?");
-        let body = query::text_search(&scope, &query, &terms).expect("terms");
+        let body = query::text_search(&scope, &query, &terms, true).expect("terms");
         insta::assert_json_snapshot!(format!("text_{}", tier.as_str()), sorted(&body));
         // The statistics that score the candidates count the scope's records alone.
         let statistics = query::term_statistics(&scope, &query, &terms);
         insta::assert_json_snapshot!(format!("text_statistics_{}", tier.as_str()), sorted(&statistics));
     }
-    assert!(query::text_search(&scope, &TextQuery::new(filter(Tier::Semantic), "?!"), &[]).is_none());
+    assert!(query::text_search(&scope, &TextQuery::new(filter(Tier::Semantic), "?!"), &[], true).is_none());
     let without_context = TextQuery {
         context_weight: 0.0,
         ..TextQuery::new(filter(Tier::Episodic), "sneakers")
     };
     let sneakers = bm25::query_terms("sneakers");
-    let body = query::text_search(&scope, &without_context, &sneakers).expect("terms");
+    let body = query::text_search(&scope, &without_context, &sneakers, true).expect("terms");
+    let known = query::text_search(&scope, &without_context, &sneakers, false).expect("terms");
+    assert!(
+        known.get("aggs").is_none(),
+        "counts the store knows are not counted again"
+    );
+    assert_eq!(known["query"], body["query"]);
     assert_eq!(
         body["query"]["bool"]["must"]["match"]["terms"]["query"], "sneaker",
         "the index is searched by Cairn's stems"
