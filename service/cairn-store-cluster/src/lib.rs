@@ -846,8 +846,6 @@ fn tier_index(tier: Tier) -> &'static str {
     }
 }
 
-/// A text leg's hits from its search answer: the candidates rescored by BM25 over the
-/// scope's own statistics (the answer's `scope` aggregation), best first.
 /// Which of the scope's counts a text query's scores need.
 fn counted(query: &TextQuery) -> statistics::Counted {
     statistics::Counted {
@@ -871,6 +869,9 @@ fn counted_statistics(terms: &[bm25::Term], answer: &Value) -> ScopeStatistics {
     }
 }
 
+/// A text leg's hits from its search answer: the candidates rescored by BM25 over the
+/// scope's own `statistics` (kept, or counted by the answer's `scope` aggregation),
+/// best first.
 fn text_hits(
     query: &TextQuery,
     statistics: &ScopeStatistics,
@@ -1196,14 +1197,15 @@ impl MemoryStore for ClusterStore {
     ) -> Result<(Vec<Vec<TextHit>>, Vec<Vec<TextHit>>)> {
         self.ready()?;
         let terms: Vec<Vec<bm25::Term>> = texts.iter().map(|query| bm25::query_terms(&query.text)).collect();
+        let stems: Vec<Vec<&str>> = terms
+            .iter()
+            .map(|terms| terms.iter().map(|term| term.stem.as_str()).collect())
+            .collect();
         // The scope's counts of each query's terms, when this process knows them.
         let known: Vec<(Option<ScopeStatistics>, statistics::Ticket)> = texts
             .iter()
-            .zip(&terms)
-            .map(|(query, terms)| {
-                let stems: Vec<&str> = terms.iter().map(|term| term.stem.as_str()).collect();
-                self.statistics.lookup(scope, counted(query), &stems)
-            })
+            .zip(&stems)
+            .map(|(query, stems)| self.statistics.lookup(scope, counted(query), stems))
             .collect();
         // `text_search` has no body for a query without a searchable term.
         let mut searches: Vec<(&str, Value)> = texts
@@ -1228,7 +1230,7 @@ impl MemoryStore for ClusterStore {
                 .ok_or_else(|| Error::Storage("_msearch: an answer is missing".into()))
         };
         let mut text_legs = Vec::with_capacity(texts.len());
-        for ((query, terms), (known, ticket)) in texts.iter().zip(&terms).zip(known) {
+        for (((query, terms), stems), (known, ticket)) in texts.iter().zip(&terms).zip(&stems).zip(known) {
             if terms.is_empty() {
                 text_legs.push(Vec::new());
                 continue;
@@ -1238,11 +1240,10 @@ impl MemoryStore for ClusterStore {
                 Some(statistics) => statistics,
                 None => {
                     let statistics = counted_statistics(terms, &answer);
-                    let stems: Vec<&str> = terms.iter().map(|term| term.stem.as_str()).collect();
                     self.statistics.keep(
                         scope,
                         counted(query),
-                        &stems,
+                        stems,
                         &statistics,
                         ticket,
                         std::time::Instant::now(),

@@ -140,17 +140,15 @@ impl StatisticsCache {
         if entry.generation != ticket.generation || !settled {
             return;
         }
-        let counts = entry.counts.entry(counted).or_insert_with(|| Counts {
+        let fresh = || Counts {
             made_at: now,
             documents: statistics.documents,
             containing: HashMap::new(),
-        });
+        };
+        let counts = entry.counts.entry(counted).or_insert_with(fresh);
+        // Counts too old to use start over, so none outlives `KEPT_FOR`.
         if now.saturating_duration_since(counts.made_at) >= KEPT_FOR {
-            *counts = Counts {
-                made_at: now,
-                documents: statistics.documents,
-                containing: HashMap::new(),
-            };
+            *counts = fresh();
         }
         counts.documents = statistics.documents;
         for (stem, count) in stems.iter().zip(&statistics.containing) {
@@ -178,7 +176,7 @@ impl StatisticsCache {
         entry.counts.clear();
     }
 
-    /// Writes whose scope is not known (a recovery pass, a backfill): every count is
+    /// Writes whose scope is not known (a recovery pass): every count is
     /// dropped, and counts made before the index shows them are not kept.
     pub fn written_anywhere(&self) {
         let Ok(mut scopes) = self.scopes.lock() else {
