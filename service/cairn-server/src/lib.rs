@@ -132,6 +132,7 @@ pub fn prepare_cluster(store: ClusterStore, cairn: Cairn) -> tokio::task::JoinHa
                         created = report.created.len(),
                         existing = report.existing.len(),
                         backfilled = report.backfilled,
+                        recorded = report.recorded,
                         replicas = report.replicas,
                         data_nodes = report.data_nodes,
                         analysis = report.analysis.describe(),

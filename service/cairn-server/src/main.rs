@@ -181,6 +181,18 @@ fn bootstrap(config: &Config) -> anyhow::Result<()> {
                     report.backfilled
                 );
             }
+            if report.recorded > 0 {
+                println!(
+                    "{} older documents given the record recall reads from doc values",
+                    report.recorded
+                );
+            }
+            if !report.records_in_source.is_empty() {
+                println!(
+                    "records also kept in _source by {} (made by an earlier version): their sources are larger, recall is not slower",
+                    report.records_in_source.join(", ")
+                );
+            }
             if !report.vectors_in_source.is_empty() {
                 println!(
                     "vectors kept in _source by {} (made by an earlier version): recall reads more per hit; \

@@ -15,6 +15,7 @@ mod commit;
 mod docs;
 pub mod mappings;
 pub mod query;
+mod recalled;
 mod records;
 mod statistics;
 mod usage;
@@ -26,8 +27,8 @@ use cairn_core::bm25::{self, ScopeStatistics};
 use cairn_core::{
     AuditEvent, ChangeSet, ConsolidationJob, Decision, DecisionKind, Episode, ErasureReceipt, Error, Fact,
     FactStatus, LoggedEpisode, Memory, MemoryStore, Page, PageRequest, Playbook, Result, Review, ReviewKind,
-    ReviewSummary, Scope, StatusFilter, TenantId, TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount,
-    UserId, UserSummary, VectorQuery,
+    ReviewSummary, Scope, SearchFilter, StatusFilter, TenantId, TenantScope, TextHit, TextQuery, Tier,
+    Tombstone, UseCount, UserId, UserSummary, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use client::{Answer, Cluster, Method, failure};
@@ -274,6 +275,14 @@ impl ClusterStore {
         format!("{}-{kind}", self.prefix)
     }
 
+    /// Whether `index` is one of the indices whose documents carry a `record`.
+    fn holds_records(&self, index: &str) -> bool {
+        index
+            .strip_prefix(self.prefix.as_str())
+            .and_then(|kind| kind.strip_prefix('-'))
+            .is_some_and(|kind| recalled::KINDS.contains(&kind))
+    }
+
     /// Checks the engine (the local node's info), installs the index templates and creates missing
     /// indices; then reads and writes are allowed. An existing index whose mapping
     /// disagrees with the template is reported by name, left untouched, and the store
@@ -399,6 +408,9 @@ impl ClusterStore {
         refreshed: bool,
     ) -> Result<Answer> {
         vectors::indexable(&mut body)?;
+        if recalled::KINDS.contains(&kind) {
+            recalled::attach(&mut body)?;
+        }
         let index = self.index(kind);
         let mut query = vec![("routing", routing_key.to_owned())];
         if refreshed && !READ_BY_ID.contains(&kind) {
@@ -572,8 +584,19 @@ impl ClusterStore {
             return Ok(Value::Null);
         }
         let mut body = String::new();
+        // Whether the line is the document of an index or create into an index of
+        // records (an update's line is a partial document: none is sent to those).
+        let mut record_next = false;
         for line in &mut lines {
             vectors::indexable(line)?;
+            if record_next {
+                recalled::attach(line)?;
+                record_next = false;
+            } else if let Some(action) = line.get("index").or_else(|| line.get("create")) {
+                record_next = action["_index"]
+                    .as_str()
+                    .is_some_and(|index| self.holds_records(index));
+            }
             body.push_str(&line.to_string());
             body.push('\n');
         }
@@ -777,6 +800,42 @@ impl ClusterStore {
     }
 
     /// Deletes every document of the scope matching `extra` in one index; returns how many.
+    /// Reads by id, in one `_msearch`, the records of the recall hits whose documents
+    /// carry no `record` (see `recalled`); a document gone meanwhile stays unread.
+    async fn read_unrecorded(
+        &self,
+        scope: &Scope,
+        legs: Vec<(&SearchFilter, &mut Vec<recalled::Found>)>,
+    ) -> Result<()> {
+        let mut searches = Vec::new();
+        let mut unread = Vec::new();
+        for (filter, found) in legs {
+            let ids: Vec<&str> = found
+                .iter()
+                .filter(|found| found.source.is_none())
+                .map(|found| found.id.as_str())
+                .collect();
+            if !ids.is_empty() {
+                searches.push((tier_index(filter.tier), query::records_by_id(scope, filter, &ids)));
+                unread.push(found);
+            }
+        }
+        if searches.is_empty() {
+            return Ok(());
+        }
+        let answers = self.scoped_searches(scope, searches).await?;
+        for (found, answer) in unread.into_iter().zip(answers) {
+            let mut sources: HashMap<String, Value> = records::hits(&answer)?
+                .into_iter()
+                .map(|hit| (hit.id, hit.source))
+                .collect();
+            for found in found.iter_mut().filter(|found| found.source.is_none()) {
+                found.source = sources.remove(&found.id);
+            }
+        }
+        Ok(())
+    }
+
     async fn erase_where(&self, scope: &Scope, kind: &str, extra: Vec<Value>) -> Result<u64> {
         let mut removed = 0;
         loop {
@@ -869,17 +928,39 @@ fn counted_statistics(terms: &[bm25::Term], answer: &Value) -> ScopeStatistics {
     }
 }
 
-/// A text leg's hits from its search answer: the candidates rescored by BM25 over the
+/// A leg's hits as its search answered them ([`recalled::found`]), each record without
+/// its vector unless the leg asked for vectors.
+fn leg_found(filter: &SearchFilter, answer: &Value) -> Result<Vec<recalled::Found>> {
+    let mut found = recalled::found(answer)?;
+    if !filter.with_vectors {
+        for source in found.iter_mut().filter_map(|found| found.source.as_mut()) {
+            if let Value::Object(fields) = source {
+                fields.remove("vector");
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The records of a leg's hits, in order; a hit whose record could not be read (its
+/// document is gone) is left out.
+fn leg_records(found: Vec<recalled::Found>) -> impl Iterator<Item = (Value, f64)> {
+    found
+        .into_iter()
+        .filter_map(|found| Some((found.source?, found.score)))
+}
+
+/// A text leg's hits: the candidates its search found, rescored by BM25 over the
 /// scope's own `statistics` (kept, or counted by the answer's `scope` aggregation),
 /// best first.
 fn text_hits(
     query: &TextQuery,
     statistics: &ScopeStatistics,
     terms: &[bm25::Term],
-    answer: &Value,
+    found: Vec<recalled::Found>,
 ) -> Result<Vec<TextHit>> {
     let tier = query.filter.tier;
-    let found = records::hits(answer)?;
+    let found: Vec<Value> = leg_records(found).map(|(source, _)| source).collect();
     let context_weight = if query.searches_context() {
         Some(query.context_weight)
     } else {
@@ -887,8 +968,7 @@ fn text_hits(
     };
     let fields: Vec<bm25::Fields<'_>> = found
         .iter()
-        .map(|hit| {
-            let source = &hit.source;
+        .map(|source| {
             let mut fields = vec![(source["text"].as_str().unwrap_or(""), 1.0)];
             if let (Some(weight), Some(context)) = (context_weight, source["context"].as_str()) {
                 fields.push((context, weight));
@@ -900,9 +980,9 @@ fn text_hits(
     let mut hits = found
         .iter()
         .zip(scores)
-        .map(|(hit, score)| {
+        .map(|(source, score)| {
             Ok(TextHit {
-                memory: memory_of(tier, &hit.source)?,
+                memory: memory_of(tier, source)?,
                 score,
             })
         })
@@ -913,19 +993,18 @@ fn text_hits(
 }
 
 /// The hits of a vector search in `tier`, best first, scored by cosine similarity.
-fn vector_hits(tier: Tier, answer: &Value) -> Result<Vec<TextHit>> {
-    let mut found = records::hits(answer)?
-        .iter()
-        .map(|hit| {
+fn vector_hits(tier: Tier, found: Vec<recalled::Found>) -> Result<Vec<TextHit>> {
+    let mut hits = leg_records(found)
+        .map(|(source, score)| {
             Ok(TextHit {
-                memory: memory_of(tier, &hit.source)?,
+                memory: memory_of(tier, &source)?,
                 // Both engines score cosine as (1 + cos) / 2.
-                score: 2.0 * hit.score()? - 1.0,
+                score: 2.0 * score - 1.0,
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    found.sort_by(|a, b| b.score.total_cmp(&a.score));
-    Ok(found)
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ok(hits)
 }
 
 #[async_trait::async_trait]
@@ -1229,10 +1308,10 @@ impl MemoryStore for ClusterStore {
                 .next()
                 .ok_or_else(|| Error::Storage("_msearch: an answer is missing".into()))
         };
-        let mut text_legs = Vec::with_capacity(texts.len());
+        let mut text_found = Vec::with_capacity(texts.len());
         for (((query, terms), stems), (known, ticket)) in texts.iter().zip(&terms).zip(&stems).zip(known) {
             if terms.is_empty() {
-                text_legs.push(Vec::new());
+                text_found.push(None);
                 continue;
             }
             let answer = next()?;
@@ -1251,11 +1330,36 @@ impl MemoryStore for ClusterStore {
                     statistics
                 }
             };
-            text_legs.push(text_hits(query, &statistics, terms, &answer)?);
+            text_found.push(Some((leg_found(&query.filter, &answer)?, statistics)));
+        }
+        let mut vector_found = Vec::with_capacity(vectors.len());
+        for query in vectors {
+            vector_found.push(leg_found(&query.filter, &next()?)?);
+        }
+        {
+            let mut legs: Vec<(&SearchFilter, &mut Vec<recalled::Found>)> = texts
+                .iter()
+                .zip(text_found.iter_mut())
+                .filter_map(|(query, found)| Some((&query.filter, &mut found.as_mut()?.0)))
+                .collect();
+            legs.extend(
+                vectors
+                    .iter()
+                    .map(|query| &query.filter)
+                    .zip(vector_found.iter_mut()),
+            );
+            self.read_unrecorded(scope, legs).await?;
+        }
+        let mut text_legs = Vec::with_capacity(texts.len());
+        for ((query, terms), found) in texts.iter().zip(&terms).zip(text_found) {
+            text_legs.push(match found {
+                Some((found, statistics)) => text_hits(query, &statistics, terms, found)?,
+                None => Vec::new(),
+            });
         }
         let mut vector_legs = Vec::with_capacity(vectors.len());
-        for query in vectors {
-            vector_legs.push(vector_hits(query.filter.tier, &next()?)?);
+        for (query, found) in vectors.iter().zip(vector_found) {
+            vector_legs.push(vector_hits(query.filter.tier, found)?);
         }
         Ok((text_legs, vector_legs))
     }

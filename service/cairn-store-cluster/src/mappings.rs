@@ -11,6 +11,7 @@
 
 use crate::INDICES;
 use crate::client::{Cluster, Engine, Method, failure};
+use crate::recalled;
 use cairn_core::bm25::index_terms;
 use cairn_core::{Error, Result};
 use serde_json::{Value, json};
@@ -69,6 +70,11 @@ pub struct BootstrapReport {
     /// Existing indices made before vectors left `_source` (see `vectors`): their
     /// documents keep the float array too, so recall reads more of every hit.
     pub vectors_in_source: Vec<String>,
+    /// Existing indices made before `record` (see `recalled`): their documents keep it
+    /// in `_source` too.
+    pub records_in_source: Vec<String>,
+    /// Documents written without a `record`, given theirs now.
+    pub recorded: u64,
     pub analysis: Analysis,
 }
 
@@ -211,6 +217,62 @@ async fn backfill_terms(cluster: &Cluster, index: &str) -> Result<u64> {
     }
 }
 
+/// Gives the documents of an index of records that have no `record` (written before it
+/// existed, or by an older process) theirs: pages of them, each rewritten whole in one
+/// bulk request at the version read, so a document changed meanwhile is read again
+/// (and one deleted meanwhile stays deleted). Stops when none is left, or when pages
+/// keep losing to concurrent writes (recall reads such documents by id meanwhile).
+async fn backfill_records(cluster: &Cluster, index: &str) -> Result<u64> {
+    const FRUITLESS_PAGES: usize = 5;
+    let mut total = 0;
+    let mut fruitless = 0;
+    while fruitless < FRUITLESS_PAGES {
+        let search = json!({
+            "size": 500,
+            "seq_no_primary_term": true,
+            "query": { "bool": { "must_not": { "exists": { "field": recalled::FIELD } } } }
+        });
+        let path = format!("/{index}/_search");
+        let found = cluster.expect(Method::Post, &path, &[], Some(search)).await?;
+        let hits = crate::records::hits(&found)?;
+        if hits.is_empty() {
+            break;
+        }
+        let mut body = String::new();
+        for hit in &hits {
+            let (seq_no, primary_term) = hit.version()?;
+            let action = json!({ "index": {
+                "_index": index, "_id": hit.id, "routing": hit.routing()?,
+                "if_seq_no": seq_no, "if_primary_term": primary_term
+            } });
+            let mut document = hit.source.clone();
+            crate::vectors::indexable(&mut document)?;
+            recalled::attach(&mut document)?;
+            body.push_str(&action.to_string());
+            body.push('\n');
+            body.push_str(&document.to_string());
+            body.push('\n');
+        }
+        let answer = cluster.bulk(body, true).await?;
+        let mut written = 0;
+        for result in crate::bulk_results(&answer) {
+            match result["status"].as_u64() {
+                Some(200..=299) => written += 1,
+                Some(409) => {}
+                _ => {
+                    return Err(Error::Storage(format!(
+                        "{index}: giving older documents their record failed: {}",
+                        result["error"]
+                    )));
+                }
+            }
+        }
+        total += written;
+        fruitless = if written == 0 { fruitless + 1 } else { 0 };
+    }
+    Ok(total)
+}
+
 /// Compares an existing index's properties with the template's: the fields it lacks
 /// (a mapping can gain fields in place) and the differences that no in-place change
 /// can fix.
@@ -321,8 +383,16 @@ pub async fn bootstrap(cluster: &Cluster, target: &Target<'_>) -> Result<Bootstr
             .unwrap_or(Value::Null);
         let actual = &actual_mappings["properties"];
         let wanted_excludes = &template["template"]["mappings"]["_source"]["excludes"];
-        if wanted_excludes.is_array() && actual_mappings["_source"]["excludes"] != *wanted_excludes {
+        let left_out = |field: &str| {
+            actual_mappings["_source"]["excludes"]
+                .as_array()
+                .is_some_and(|excludes| excludes.iter().any(|excluded| excluded == field))
+        };
+        if wanted_excludes.is_array() && !left_out("embedding") {
             report.vectors_in_source.push(name.clone());
+        }
+        if recalled::KINDS.contains(&kind) && !left_out(recalled::FIELD) {
+            report.records_in_source.push(name.clone());
         }
         let (missing, found) = compare(&template["template"]["mappings"]["properties"], actual);
         if !found.is_empty() {
@@ -368,6 +438,9 @@ pub async fn bootstrap(cluster: &Cluster, target: &Target<'_>) -> Result<Bootstr
         // Also after an earlier bootstrap that added the field but stopped half-way.
         if STEMMED.contains(&kind) {
             report.backfilled += backfill_terms(cluster, &name).await?;
+        }
+        if recalled::KINDS.contains(&kind) {
+            report.recorded += backfill_records(cluster, &name).await?;
         }
         report.existing.push(name);
     }

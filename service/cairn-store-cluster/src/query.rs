@@ -6,6 +6,7 @@
 
 use crate::client::Engine;
 use crate::docs::micros;
+use crate::recalled;
 use cairn_core::TenantScope;
 use cairn_core::bm25::Term;
 use cairn_core::{Scope, SearchFilter, TextQuery, Tier};
@@ -81,14 +82,27 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
     conditions
 }
 
-/// What a search reads of each hit: never the indexed stems, and the vector (`vector`,
-/// or `embedding` in indices made before it) only when the caller needs vectors.
+/// What a read of records by id takes of each `_source`: never the indexed stems nor
+/// the `record` that older indices keep there too, and the vector (`vector`, or
+/// `embedding` in indices made before it) only when the caller needs vectors.
 fn read_fields(filter: &SearchFilter) -> Value {
     if filter.with_vectors {
-        json!({ "excludes": ["terms", "context_terms"] })
+        json!({ "excludes": ["terms", "context_terms", "record"] })
     } else {
-        json!({ "excludes": ["terms", "context_terms", "embedding", "vector"] })
+        json!({ "excludes": ["terms", "context_terms", "record", "embedding", "vector"] })
     }
+}
+
+/// The records of a tier with these `ids`, in the scope: for the hits of a recall
+/// search whose documents carry no `record` (see `recalled`).
+pub fn records_by_id(scope: &Scope, filter: &SearchFilter, ids: &[&str]) -> Value {
+    let mut conditions = scope_filter(scope);
+    conditions.push(json!({ "terms": { "id": ids } }));
+    json!({
+        "size": ids.len(),
+        "_source": read_fields(filter),
+        "query": { "bool": { "filter": conditions } }
+    })
 }
 
 /// The candidates of a text search: any of the query's stems among a record's indexed
@@ -106,12 +120,12 @@ pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term], count: bool
     let mut body = json!({
         "size": filter.limit,
         "track_total_hits": false,
-        "_source": read_fields(filter),
         "query": { "bool": {
             "filter": restrictions(scope, filter),
             "must": matching(query, stems.join(" "))
         } }
     });
+    recalled::read_from_doc_values(&mut body);
     if count {
         body["aggs"] = json!({ "scope": term_statistics(scope, query, terms) });
     }
@@ -177,10 +191,9 @@ pub fn last_of_session(scope: &Scope, session_id: &str) -> Value {
 /// pre-filters before ranking. Scores come back as `(1 + cosine) / 2` on both engines.
 pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vector: &[f32]) -> Value {
     let restrict = json!({ "bool": { "filter": restrictions(scope, filter) } });
-    match engine {
+    let mut body = match engine {
         Engine::OpenSearch => json!({
             "size": filter.limit,
-            "_source": read_fields(filter),
             "query": { "knn": { "embedding": {
                 "vector": vector,
                 "k": filter.limit,
@@ -189,7 +202,6 @@ pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vecto
         }),
         Engine::Elasticsearch => json!({
             "size": filter.limit,
-            "_source": read_fields(filter),
             "knn": {
                 "field": "embedding",
                 "query_vector": vector,
@@ -198,7 +210,9 @@ pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vecto
                 "filter": restrict
             }
         }),
-    }
+    };
+    recalled::read_from_doc_values(&mut body);
+    body
 }
 
 /// Up to `size` documents of the scope matching `extra`, in `sort` order when given.

@@ -49,9 +49,6 @@ pub struct Hit {
     /// Set by gets: whether the document exists.
     #[serde(default)]
     pub found: Option<bool>,
-    /// The relevance score of a scored search.
-    #[serde(rename = "_score", default)]
-    score: Option<f64>,
     /// The doc-value fields a search asked for, each as an array of values.
     #[serde(default)]
     pub fields: Value,
@@ -73,16 +70,6 @@ impl Hit {
     /// The source as a `T` (see [`parse`]).
     pub fn read<T: DeserializeOwned>(&self) -> Result<T> {
         parse(&format!("{} {}", self.index, self.id), &self.source)
-    }
-
-    /// The score of a scored search's hit.
-    pub fn score(&self) -> Result<f64> {
-        self.score.ok_or_else(|| {
-            Error::Storage(format!(
-                "{} {}: the answer carries no _score",
-                self.index, self.id
-            ))
-        })
     }
 
     /// The routing the document was written with; an error when the answer lacks it.

@@ -141,6 +141,7 @@ async fn bootstrap_gives_older_documents_their_stems() {
         let report = store.bootstrap().await.expect("bootstrap");
         assert_eq!(report.extended, vec![index.clone()], "{variable}");
         assert_eq!(report.backfilled, 1, "{variable}");
+        assert_eq!(report.recorded, 1, "{variable}: and its record");
         if store.engine() == Engine::Elasticsearch {
             assert_eq!(
                 report.analysis,
@@ -159,6 +160,112 @@ async fn bootstrap_gives_older_documents_their_stems() {
         assert!(hits[0].score > 0.0);
         let again = store.bootstrap().await.expect("bootstrap again");
         assert_eq!(again.backfilled, 0, "{variable}");
+        assert_eq!(again.recorded, 0, "{variable}");
+    }
+}
+
+/// Recall reads records from doc values. A fact written without one (by an earlier
+/// release, into an index made before `record`) is still found, read from its source by
+/// id beside a fact that has one; bootstrap gives it its record, and the index that
+/// keeps records in `_source` too is named. On both engines.
+#[tokio::test]
+async fn facts_written_without_a_record_are_found_and_given_one() {
+    use cairn_core::{MemoryStore, TextQuery};
+    use cairn_store_cluster::mappings;
+    for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
+        let Some((url, store, _cleanup)) = super::unprepared(variable).await else {
+            continue;
+        };
+        let index = format!("{}-facts", store.prefix());
+        let mut earlier = mappings::template_with(
+            store.engine(),
+            store.prefix(),
+            "facts",
+            3,
+            mappings::Analysis::Standard,
+        )
+        .expect("template")["template"]
+            .clone();
+        assert!(
+            earlier["mappings"]["properties"]
+                .as_object_mut()
+                .expect("properties")
+                .remove("record")
+                .is_some()
+        );
+        earlier["mappings"]["_source"] = json!({ "excludes": ["embedding"] });
+        assert!(
+            reqwest_free_put(&url, &index, earlier).await,
+            "{variable}: earlier index created"
+        );
+        let older = |id: &str, text: &str| {
+            json!({
+                "tenant": "acme", "user": "alice", "id": id, "fact_type": "preference",
+                "text": text, "terms": cairn_core::bm25::index_terms(text), "status": "active",
+                "confidence": 0.9, "source_episode_ids": [], "created_at": 1_700_000_000_000_000_i64,
+                "use_count": 0
+            })
+        };
+        let path = |id: &str| format!("/{index}/_doc/{id}?routing=acme&refresh=true");
+        let written = raw_put(
+            &url,
+            &path("f-old"),
+            older("f-old", "The user loves running shoes"),
+        )
+        .await;
+        assert_eq!(written, Some(201), "{variable}: older fact written");
+
+        let report = store.bootstrap().await.expect("bootstrap");
+        assert_eq!(report.recorded, 1, "{variable}");
+        assert_eq!(report.records_in_source, vec![index.clone()], "{variable}");
+        // Written by an older process after bootstrap: no record until the next one.
+        let written = raw_put(
+            &url,
+            &path("f-late"),
+            older("f-late", "The user runs in trail shoes"),
+        )
+        .await;
+        assert_eq!(written, Some(201), "{variable}: late fact written");
+
+        let scope = cairn_store_tests::scope("acme", "alice");
+        let query = TextQuery::new(
+            cairn_store_tests::current_in(cairn_core::Tier::Semantic),
+            "running shoes",
+        );
+        let texts = |hits: &[cairn_core::TextHit]| {
+            let mut texts: Vec<String> = hits
+                .iter()
+                .map(|hit| match &hit.memory {
+                    cairn_core::Memory::Fact(fact) => fact.text.clone(),
+                    other => panic!("{variable}: not a fact: {other:?}"),
+                })
+                .collect();
+            texts.sort();
+            texts
+        };
+        let expected = vec![
+            "The user loves running shoes".to_owned(),
+            "The user runs in trail shoes".to_owned(),
+        ];
+        let hits = store.search_text(&scope, &query).await.expect("search");
+        assert_eq!(
+            texts(&hits),
+            expected,
+            "{variable}: found with and without a record"
+        );
+        let other = cairn_store_tests::scope("acme", "bob");
+        assert!(
+            store
+                .search_text(&other, &query)
+                .await
+                .expect("search")
+                .is_empty(),
+            "{variable}: another user finds neither"
+        );
+        let again = store.bootstrap().await.expect("bootstrap again");
+        assert_eq!(again.recorded, 1, "{variable}: the late fact");
+        let hits = store.search_text(&scope, &query).await.expect("search");
+        assert_eq!(texts(&hits), expected, "{variable}: both from their records");
     }
 }
 

@@ -48,6 +48,17 @@ fn text_queries_filter_scope_and_currency() {
         insta::assert_json_snapshot!(format!("text_statistics_{}", tier.as_str()), sorted(&statistics));
     }
     assert!(query::text_search(&scope, &TextQuery::new(filter(Tier::Semantic), "?!"), &[], true).is_none());
+    // Recall reads no stored field: the id and record doc values only.
+    let body = query::text_search(
+        &scope,
+        &TextQuery::new(filter(Tier::Semantic), "sneakers"),
+        &terms,
+        false,
+    )
+    .expect("terms");
+    assert_eq!(body["_source"], false);
+    assert_eq!(body["stored_fields"], "_none_");
+    assert_eq!(body["docvalue_fields"], serde_json::json!(["id", "record"]));
     let without_context = TextQuery {
         context_weight: 0.0,
         ..TextQuery::new(filter(Tier::Episodic), "sneakers")
@@ -72,6 +83,25 @@ fn text_queries_filter_scope_and_currency() {
     assert_eq!(
         counted["aggs"]["in_scope"]["aggs"]["terms"]["filters"]["filters"][0]["multi_match"]["fields"],
         serde_json::json!(["terms"])
+    );
+}
+
+#[test]
+fn records_read_by_id_stay_in_the_scope_and_leave_stems_and_records_out() {
+    let scope = cairn_store_tests::scope("acme", "alice");
+    let body = query::records_by_id(&scope, &filter(Tier::Semantic), &["f1", "f2"]);
+    insta::assert_json_snapshot!("records_by_id", sorted(&body));
+    let conditions = body["query"]["bool"]["filter"].to_string();
+    assert!(
+        conditions.contains("\"tenant\":\"acme\"") && conditions.contains("\"user\":\"alice\""),
+        "{conditions}"
+    );
+    assert_eq!(body["size"], 2);
+    let without = query::records_by_id(&scope, &cairn_store_tests::current_in(Tier::Semantic), &["f1"]);
+    assert_eq!(
+        without["_source"]["excludes"],
+        serde_json::json!(["terms", "context_terms", "record", "embedding", "vector"]),
+        "the vector only when asked for"
     );
 }
 
