@@ -799,7 +799,6 @@ impl ClusterStore {
         .await
     }
 
-    /// Deletes every document of the scope matching `extra` in one index; returns how many.
     /// Reads by id, in one `_msearch`, the records of the recall hits whose documents
     /// carry no `record` (see `recalled`); a document gone meanwhile stays unread.
     async fn read_unrecorded(
@@ -836,6 +835,7 @@ impl ClusterStore {
         Ok(())
     }
 
+    /// Deletes every document of the scope matching `extra` in one index; returns how many.
     async fn erase_where(&self, scope: &Scope, kind: &str, extra: Vec<Value>) -> Result<u64> {
         let mut removed = 0;
         loop {
