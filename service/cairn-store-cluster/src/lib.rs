@@ -99,6 +99,17 @@ enum Status {
 }
 
 /// Percent-encodes an id for a URL path segment.
+/// Readies a document on its way to the cluster: the `embedding` its `vector` holds
+/// (see `vectors`) and, in an index of records, its `record` made afresh (see
+/// `recalled`).
+fn outgoing(document: &mut Value, holds_records: bool) -> Result<()> {
+    vectors::indexable(document)?;
+    if holds_records {
+        recalled::attach(document)?;
+    }
+    Ok(())
+}
+
 fn segment(id: &str) -> String {
     let mut out = String::new();
     for byte in id.bytes() {
@@ -407,10 +418,7 @@ impl ClusterStore {
         version: Option<(i64, i64)>,
         refreshed: bool,
     ) -> Result<Answer> {
-        vectors::indexable(&mut body)?;
-        if recalled::KINDS.contains(&kind) {
-            recalled::attach(&mut body)?;
-        }
+        outgoing(&mut body, recalled::KINDS.contains(&kind))?;
         let index = self.index(kind);
         let mut query = vec![("routing", routing_key.to_owned())];
         if refreshed && !READ_BY_ID.contains(&kind) {
@@ -588,9 +596,8 @@ impl ClusterStore {
         // records (an update's line is a partial document: none is sent to those).
         let mut record_next = false;
         for line in &mut lines {
-            vectors::indexable(line)?;
+            outgoing(line, record_next)?;
             if record_next {
-                recalled::attach(line)?;
                 record_next = false;
             } else if let Some(action) = line.get("index").or_else(|| line.get("create")) {
                 record_next = action["_index"]

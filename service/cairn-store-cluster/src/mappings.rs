@@ -246,8 +246,7 @@ async fn backfill_records(cluster: &Cluster, index: &str) -> Result<u64> {
                 "if_seq_no": seq_no, "if_primary_term": primary_term
             } });
             let mut document = hit.source.clone();
-            crate::vectors::indexable(&mut document)?;
-            recalled::attach(&mut document)?;
+            crate::outgoing(&mut document, true)?;
             body.push_str(&action.to_string());
             body.push('\n');
             body.push_str(&document.to_string());

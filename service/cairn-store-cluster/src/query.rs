@@ -96,13 +96,9 @@ fn read_fields(filter: &SearchFilter) -> Value {
 /// The records of a tier with these `ids`, in the scope: for the hits of a recall
 /// search whose documents carry no `record` (see `recalled`).
 pub fn records_by_id(scope: &Scope, filter: &SearchFilter, ids: &[&str]) -> Value {
-    let mut conditions = scope_filter(scope);
-    conditions.push(json!({ "terms": { "id": ids } }));
-    json!({
-        "size": ids.len(),
-        "_source": read_fields(filter),
-        "query": { "bool": { "filter": conditions } }
-    })
+    let mut body = scoped(scope, vec![json!({ "terms": { "id": ids } })], None, ids.len());
+    body["_source"] = read_fields(filter);
+    body
 }
 
 /// The candidates of a text search: any of the query's stems among a record's indexed

@@ -96,6 +96,25 @@ async fn raw_put(url: &str, path: &str, body: serde_json::Value) -> Option<u16> 
     .flatten()
 }
 
+/// The facts index as an earlier release made it: the template (standard analysis, 3
+/// dimensions) without the field `missing`.
+fn earlier_facts(store: &cairn_store_cluster::ClusterStore, missing: &str) -> serde_json::Value {
+    let template = cairn_store_cluster::mappings::template_with(
+        store.engine(),
+        store.prefix(),
+        "facts",
+        3,
+        cairn_store_cluster::mappings::Analysis::Standard,
+    )
+    .expect("template");
+    let mut earlier = template["template"].clone();
+    let properties = earlier["mappings"]["properties"]
+        .as_object_mut()
+        .expect("properties");
+    assert!(properties.remove(missing).is_some(), "the template has {missing}");
+    earlier
+}
+
 /// Facts written by a release whose index had no stem fields are given their stems by
 /// bootstrap and found by recall afterwards, on both engines (the bare Elasticsearch
 /// node also shows the fallback to the standard analyzer).
@@ -108,19 +127,7 @@ async fn bootstrap_gives_older_documents_their_stems() {
             continue;
         };
         let index = format!("{}-facts", store.prefix());
-        let mut earlier = mappings::template_with(
-            store.engine(),
-            store.prefix(),
-            "facts",
-            3,
-            mappings::Analysis::Standard,
-        )
-        .expect("template")["template"]
-            .clone();
-        let properties = earlier["mappings"]["properties"]
-            .as_object_mut()
-            .expect("properties");
-        assert!(properties.remove("terms").is_some());
+        let earlier = earlier_facts(&store, "terms");
         assert!(
             reqwest_free_put(&url, &index, earlier).await,
             "{variable}: earlier index created"
@@ -171,28 +178,12 @@ async fn bootstrap_gives_older_documents_their_stems() {
 #[tokio::test]
 async fn facts_written_without_a_record_are_found_and_given_one() {
     use cairn_core::{MemoryStore, TextQuery};
-    use cairn_store_cluster::mappings;
     for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
         let Some((url, store, _cleanup)) = super::unprepared(variable).await else {
             continue;
         };
         let index = format!("{}-facts", store.prefix());
-        let mut earlier = mappings::template_with(
-            store.engine(),
-            store.prefix(),
-            "facts",
-            3,
-            mappings::Analysis::Standard,
-        )
-        .expect("template")["template"]
-            .clone();
-        assert!(
-            earlier["mappings"]["properties"]
-                .as_object_mut()
-                .expect("properties")
-                .remove("record")
-                .is_some()
-        );
+        let mut earlier = earlier_facts(&store, "record");
         earlier["mappings"]["_source"] = json!({ "excludes": ["embedding"] });
         assert!(
             reqwest_free_put(&url, &index, earlier).await,
