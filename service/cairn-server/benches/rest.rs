@@ -20,7 +20,7 @@ use cairn_store_cluster::ClusterStore;
 use cairn_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -98,7 +98,7 @@ async fn serve(data: &Path, env: &[(&str, String)], client: &reqwest::Client) ->
         // The one default changed: the per-tenant rate limit (50 requests/s) would cap
         // a benchmark that calls as fast as it can.
         .env("CAIRN_RATE_LIMIT_PER_SECOND", "0")
-        .stdout(Stdio::null())
+        .stdout(log.try_clone().expect("log file"))
         .stderr(log);
     for (name, value) in env {
         command.env(name, value);

@@ -338,6 +338,7 @@ impl Cluster {
         let started = std::time::Instant::now();
         // Shared, so trying another node does not copy a bulk body.
         let body = body.map(bytes::Bytes::from);
+        let sent = body.as_ref().map_or(0, bytes::Bytes::len);
         let first = self.current.load(Ordering::Relaxed) % self.clients.len();
         let mut attempt = 0;
         let response = loop {
@@ -377,6 +378,8 @@ impl Cluster {
             method = method.http().as_str(),
             path,
             status,
+            sent,
+            received = text.len(),
             micros = started.elapsed().as_micros() as u64,
             "search cluster request"
         );

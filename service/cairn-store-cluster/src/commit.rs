@@ -35,7 +35,7 @@
 //! can no longer reach its commit point, and puts back its own updates.
 
 use crate::client::failure;
-use crate::{ClusterStore, PAGE, Update, Versioned, docs, query, records};
+use crate::{ClusterStore, PAGE, Update, Versioned, docs, query, records, state_id};
 use cairn_core::{Change, ChangeSet, Error, Result, Scope, TenantId, UserId};
 use chrono::Utc;
 use serde::Deserialize;
@@ -124,6 +124,74 @@ impl Prepared {
     }
 }
 
+/// The episode each recent session ended with, as this process wrote it, at the
+/// version its write answered: the session's next ingest appends to its context
+/// without reading it back. An entry serves once, and only while the scope's state
+/// still names that episode as the session's last. A document changed or deleted since
+/// fails the versioned context write (a 409, tolerated: the context is ranking help
+/// only), so an entry that went stale never writes over a change or brings back an
+/// erased episode. Bounded: a process serving many sessions starts over now and then.
+#[derive(Default)]
+pub(crate) struct Tails {
+    ended: Mutex<HashMap<(String, String), (String, Versioned)>>,
+}
+
+/// Sessions [`Tails`] remembers at most.
+const TAILS: usize = 4096;
+
+impl Tails {
+    /// The episode `id` as written, when it is the one remembered for the session.
+    fn take(&self, scope: &Scope, session: &str, id: &str) -> Option<Versioned> {
+        let mut ended = self.ended.lock().ok()?;
+        let (kept, written) = ended.remove(&(state_id(scope), session.to_owned()))?;
+        (kept == id).then_some(written)
+    }
+
+    fn put(&self, scope: &Scope, session: String, id: String, written: Versioned) {
+        if let Ok(mut ended) = self.ended.lock() {
+            if ended.len() >= TAILS {
+                ended.clear();
+            }
+            ended.insert((state_id(scope), session), (id, written));
+        }
+    }
+
+    /// Forgets every session of the scope (an erasure).
+    pub(crate) fn forget(&self, scope: &Scope) {
+        let erased = state_id(scope);
+        if let Ok(mut ended) = self.ended.lock() {
+            ended.retain(|(owner, _), _| *owner != erased);
+        }
+    }
+
+    /// Remembers the session ends of an ingest whose bulk `answer` created them.
+    fn written(&self, scope: &Scope, ends: Vec<SessionEnd>, answer: &Value) {
+        for end in ends {
+            let created = answer["items"].as_array().into_iter().flatten().find_map(|item| {
+                let create = &item["create"];
+                (create["_id"].as_str() == Some(end.id.as_str()) && create["status"].as_u64() == Some(201))
+                    .then(|| records::written_version(create).ok())
+                    .flatten()
+            });
+            if let Some((seq_no, primary_term)) = created {
+                let written = Versioned {
+                    source: end.document,
+                    seq_no,
+                    primary_term,
+                };
+                self.put(scope, end.session, end.id, written);
+            }
+        }
+    }
+}
+
+/// The last episode of a session in an ingest, as its create line holds it.
+struct SessionEnd {
+    session: String,
+    id: String,
+    document: Value,
+}
+
 /// Everything a commit writes after its checks.
 struct Plan {
     updates: Vec<Update>,
@@ -136,6 +204,8 @@ struct Plan {
     /// the context as it is; it is ranking help only). Not journaled: recovery applies
     /// `contexts` from a fresh read.
     context_lines: Vec<Value>,
+    /// The episodes the sessions of an ingest end with (see [`Tails`]).
+    ends: Vec<SessionEnd>,
     /// Deletions after the inserts: `{"erase_fact": id}` or `{"complete_jobs": [ids]}`.
     deferred: Vec<Value>,
     /// Whether the inserts are searchable when the commit answers (`refresh=true`). An
@@ -285,7 +355,8 @@ impl ClusterStore {
             ];
             lines.extend(self.committed_lines(plan.context_lines.clone(), std::mem::take(&mut plan.lines)));
             match self.bulk_with(lines, &[409], plan.refresh).await {
-                Ok(_) => {
+                Ok(answer) => {
+                    self.tails.written(scope, std::mem::take(&mut plan.ends), &answer);
                     self.end_journal(tenant, id, !plan.refresh).await?;
                     return Ok(Applied::Done);
                 }
@@ -515,6 +586,7 @@ impl ClusterStore {
         // once the new ones are written.
         let mut contexts = Vec::new();
         let mut context_lines = Vec::new();
+        let mut ends = Vec::new();
         for change in &change_set.changes {
             match change {
                 Change::InsertEpisodes(episodes) => {
@@ -561,11 +633,18 @@ impl ClusterStore {
                     }
                     for (offset, (episode, context)) in episodes.iter().zip(neighbours).enumerate() {
                         let context = (!context.is_empty()).then(|| context.join("\n"));
-                        create(
-                            "episodes",
-                            &episode.id,
-                            docs::episode(scope, episode, first + offset as u64, context.as_deref()),
-                        );
+                        let document =
+                            docs::episode(scope, episode, first + offset as u64, context.as_deref());
+                        if let Some(session) = episode.session_id.as_deref()
+                            && latest.get(session) == Some(&offset)
+                        {
+                            ends.push(SessionEnd {
+                                session: session.to_owned(),
+                                id: episode.id.clone(),
+                                document: document.clone(),
+                            });
+                        }
+                        create("episodes", &episode.id, document);
                     }
                 }
                 Change::InsertFact(fact) => create("facts", &fact.id, docs::fact(scope, fact)),
@@ -627,6 +706,7 @@ impl ClusterStore {
             lines,
             contexts,
             context_lines,
+            ends,
             deferred,
         })
     }
@@ -707,20 +787,25 @@ impl ClusterStore {
         Ok(())
     }
 
-    /// The latest stored episode of a session: the one the scope's state names (read by
-    /// id, so an ingest not yet refreshed counts), else the latest a search finds (a
-    /// session older than the state's memory of sessions).
+    /// The latest stored episode of a session: the one the scope's state names (as this
+    /// process wrote it, see [`Tails`], else read by id, so an ingest not yet refreshed
+    /// counts), else the latest a search finds (a session older than the state's memory
+    /// of sessions).
     async fn last_episode(
         &self,
         scope: &Scope,
         session_id: &str,
         known: Option<&String>,
     ) -> Result<Option<(IdText, Option<Versioned>)>> {
-        if let Some(id) = known
-            && let Some(stored) = self.owned(scope, "episodes", id).await?
-        {
-            let head: IdText = records::parse("episode", &stored.source)?;
-            return Ok(Some((head, Some(stored))));
+        if let Some(id) = known {
+            let stored = match self.tails.take(scope, session_id, id) {
+                Some(written) => Some(written),
+                None => self.owned(scope, "episodes", id).await?,
+            };
+            if let Some(stored) = stored {
+                let head: IdText = records::parse("episode", &stored.source)?;
+                return Ok(Some((head, Some(stored))));
+            }
         }
         let body = query::last_of_session(scope, session_id);
         match self.scoped_search(scope, "episodes", body).await?.first() {

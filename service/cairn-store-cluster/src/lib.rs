@@ -84,6 +84,8 @@ pub struct ClusterStore {
     retired: Arc<commit::Retired>,
     /// Ingests readied while their episodes were embedded (see `commit::Prepared`).
     prepared: Arc<commit::Prepared>,
+    /// The episode each recent session ended with, as written (see `commit::Tails`).
+    tails: Arc<commit::Tails>,
     /// The scope statistics text searches counted, kept a while (see `statistics`).
     statistics: Arc<statistics::StatisticsCache>,
 }
@@ -222,6 +224,7 @@ impl ClusterStore {
             states: Arc::default(),
             retired: Arc::default(),
             prepared: Arc::default(),
+            tails: Arc::default(),
             statistics: Arc::default(),
         })
     }
@@ -1794,6 +1797,7 @@ impl MemoryStore for ClusterStore {
         if let Ok(mut states) = self.states.lock() {
             states.remove(&state_id(scope));
         }
+        self.tails.forget(scope);
         self.erase_where(scope, "state", Vec::new()).await?;
         self.create(
             "audit",

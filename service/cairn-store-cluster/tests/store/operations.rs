@@ -713,3 +713,58 @@ async fn an_ingest_readied_while_it_is_embedded_commits_as_one_that_is_not() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_remembered_session_end_never_overwrites_a_change_or_brings_back_a_deletion() {
+    use cairn_core::MemoryStore;
+    for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
+        let Some((url, store, _cleanup)) = super::unprepared(variable).await else {
+            continue;
+        };
+        store.bootstrap().await.expect("bootstrap");
+        let scope = cairn_store_tests::scope("acme", "alice");
+        let said = cairn_store_tests::session_episode;
+        let ingest = |episode: &cairn_core::Episode| cairn_store_tests::ingest(&scope, vec![episode.clone()]);
+        let path = |id: &str| format!("/{}-episodes/_doc/{id}?routing=acme", store.prefix());
+
+        // Each ingest appends its text to the context of the session's episode before.
+        let first = said("I live in Porto");
+        let second = said("I work at Nimbus");
+        store.commit(&scope, ingest(&first)).await.expect("ingest");
+        store.commit(&scope, ingest(&second)).await.expect("ingest");
+        let stored = raw_json(&url, "GET", &path(&first.id)).await.expect("read");
+        assert_eq!(stored["_source"]["context"], "I work at Nimbus", "{variable}");
+
+        // The session's last episode changes elsewhere: the next ingest leaves it as it is.
+        let mut changed = raw_json(&url, "GET", &path(&second.id)).await.expect("read")["_source"].clone();
+        changed["context"] = serde_json::json!("written elsewhere");
+        assert!(
+            matches!(raw_put(&url, &path(&second.id), changed).await, Some(200)),
+            "{variable}"
+        );
+        let third = said("I like jazz");
+        store.commit(&scope, ingest(&third)).await.expect("ingest");
+        let stored = raw_json(&url, "GET", &path(&second.id)).await.expect("read");
+        let context = stored["_source"]["context"].as_str().unwrap_or_default();
+        assert!(
+            context.starts_with("written elsewhere"),
+            "{variable}: {context:?}"
+        );
+
+        // Deleted elsewhere: the next ingest does not bring it back.
+        let deleted = raw_json(&url, "DELETE", &path(&third.id)).await.expect("delete");
+        assert_eq!(deleted["result"], "deleted", "{variable}");
+        let fourth = said("I moved to Lisbon");
+        store.commit(&scope, ingest(&fourth)).await.expect("ingest");
+        let gone = raw_json(&url, "GET", &path(&third.id)).await.expect("read");
+        assert_eq!(gone["found"], false, "{variable}: {gone}");
+        assert!(
+            store
+                .get_episode(&scope, &fourth.id)
+                .await
+                .expect("get")
+                .is_some(),
+            "{variable}"
+        );
+    }
+}
