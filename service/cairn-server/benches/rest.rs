@@ -6,8 +6,8 @@
 //! beside them. The per-tenant rate limit is off (it would cap the calls). Prints
 //! figures; asserts nothing.
 //!
-//! Run with `cargo bench -p cairn-server --bench rest -- [FACTS] [--cluster URL]`
-//! (see README). The scope under test holds FACTS facts (default 2000), and 20 other
+//! Run with `cargo bench -p cairn-server --bench rest -- [FACTS] [--cluster URL]...`
+//! (see README; `--cluster` may be given once per cluster). The scope under test holds FACTS facts (default 2000), and 20 other
 //! users of the tenant 100 each.
 //!
 //! Then the review queue: a second tenant whose policy (from the config file, the way an
@@ -384,7 +384,12 @@ fn main() {
         .iter()
         .find_map(|argument| argument.parse::<usize>().ok())
         .unwrap_or(2_000);
-    let cluster = common::flag_value(&arguments, "--cluster");
+    // `--cluster URL`, once per cluster: each runs after the embedded store, in this run.
+    let clusters: Vec<String> = arguments
+        .windows(2)
+        .filter(|pair| pair[0] == "--cluster")
+        .map(|pair| pair[1].clone())
+        .collect();
     let runtime = common::runtime();
     runtime.block_on(async {
         let client = reqwest::Client::new();
@@ -400,7 +405,7 @@ fn main() {
         figures.push(measure("embedded".into(), &server, &client, &mut sequence).await);
         drop(server);
 
-        if let Some(url) = cluster {
+        for url in clusters {
             let prefix = format!("cairn-rest-bench-{}", std::process::id());
             let store = ClusterStore::connect(&url, &prefix, 384).await.expect("the cluster answers");
             store.bootstrap().await.expect("bootstrap");
@@ -449,12 +454,14 @@ fn main() {
                 .collect();
             println!("{:<28} {}", figure.backend, cells.join(" · "));
         }
-        if let [embedded, cluster] = figures.as_slice() {
-            println!(
-                "recall p95 ratio {} / embedded: {:.2}",
-                cluster.backend,
-                cluster.recall.1 / embedded.recall.1
-            );
+        if let [embedded, clusters @ ..] = figures.as_slice() {
+            for cluster in clusters {
+                println!(
+                    "recall p95 ratio {} / embedded: {:.2}",
+                    cluster.backend,
+                    cluster.recall.1 / embedded.recall.1
+                );
+            }
         }
     });
 }
