@@ -1,14 +1,14 @@
 //! The service over REST, as users call it: `cairn serve` (the binary built with this
-//! benchmark) with its defaults, on the embedded store and, given `--cluster URL`, on
-//! a search cluster, side by side in one run. Every figure includes HTTP, JSON,
+//! benchmark) with its defaults, on the embedded store and on each search cluster
+//! given with `--cluster URL`, side by side in one run. Every figure includes HTTP, JSON,
 //! authentication, the query embedding, reranking and use counting as the defaults
 //! have them; ingests ask for the default consolidation (`async`), so the worker runs
 //! beside them. The per-tenant rate limit is off (it would cap the calls). Prints
 //! figures; asserts nothing.
 //!
 //! Run with `cargo bench -p cairn-server --bench rest -- [FACTS] [--cluster URL]...`
-//! (see README; `--cluster` may be given once per cluster). The scope under test holds FACTS facts (default 2000), and 20 other
-//! users of the tenant 100 each.
+//! (see README; `--cluster` once per cluster). The scope under test holds FACTS facts
+//! (default 2000), and 20 other users of the tenant 100 each.
 //!
 //! Then the review queue: a second tenant whose policy (from the config file, the way an
 //! operator sets one tenant's) holds supersessions. Its writes that supersede are held;
@@ -384,7 +384,7 @@ fn main() {
         .iter()
         .find_map(|argument| argument.parse::<usize>().ok())
         .unwrap_or(2_000);
-    // `--cluster URL`, once per cluster: each runs after the embedded store, in this run.
+    // Each cluster runs after the embedded store, in the order given.
     let clusters: Vec<String> = arguments
         .windows(2)
         .filter(|pair| pair[0] == "--cluster")
