@@ -116,7 +116,8 @@ impl Cairn {
             match request.consolidate {
                 ConsolidateMode::None => Ok(0),
                 ConsolidateMode::Async | ConsolidateMode::Sync => {
-                    Ok(self.store.pending_jobs(scope).await?.len())
+                    let full = self.settings.consolidation.max_pending_jobs_per_scope;
+                    self.store.count_pending_jobs(scope, full).await
                 }
             }
         };

@@ -558,6 +558,12 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// Queued consolidation jobs of the scope, oldest first.
     async fn pending_jobs(&self, scope: &Scope) -> Result<Vec<ConsolidationJob>>;
 
+    /// How many consolidation jobs of the scope are queued, counted up to `up_to` (an
+    /// ingest only asks whether the queue is full).
+    async fn count_pending_jobs(&self, scope: &Scope, up_to: usize) -> Result<usize> {
+        Ok(self.pending_jobs(scope).await?.len().min(up_to))
+    }
+
     /// Leases a job due at `now` until `lease_until`, and returns it with the scope it was
     /// enqueued in. Tenants take turns: the job is the oldest due job of the first tenant
     /// (in name order) after `after_tenant` that has one, wrapping around, so one

@@ -1022,6 +1022,25 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn count_pending_jobs(&self, scope: &Scope, up_to: usize) -> Result<usize> {
+        let scope = scope.clone();
+        let up_to = i64::try_from(up_to).unwrap_or(i64::MAX);
+        self.read(move |connection| {
+            connection
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE tenant = ?1 AND user_id = ?2 LIMIT ?3)",
+                )
+                .map_err(storage)?
+                .query_row(
+                    params![scope.tenant().as_str(), scope.user().as_str(), up_to],
+                    |row| row.get::<_, i64>(0),
+                )
+                .map(|count| usize::try_from(count).unwrap_or(0))
+                .map_err(storage)
+        })
+        .await
+    }
+
     async fn claim_job(
         &self,
         now: DateTime<Utc>,

@@ -2010,6 +2010,8 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
     assert_eq!(pending[0].assistant_context, queued.assistant_context);
     assert_eq!(pending[0].subject, queued.subject);
     assert!(store.pending_jobs(&bob).await.expect("jobs").is_empty());
+    assert_eq!(store.count_pending_jobs(&alice, 8).await.expect("count"), 1);
+    assert_eq!(store.count_pending_jobs(&bob, 8).await.expect("count"), 0);
 
     let lease = now + Duration::seconds(30);
     let (claimed_scope, claimed) = store
@@ -2061,6 +2063,7 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
         .with(Change::CompleteJobs(vec![queued.id.clone()]));
     store.commit(&alice, done).await.expect("complete");
     assert!(store.pending_jobs(&alice).await.expect("jobs").is_empty());
+    assert_eq!(store.count_pending_jobs(&alice, 8).await.expect("count"), 0);
 
     let again = ChangeSet::new(audit(&alice, "episode.ingest")).with(Change::EnqueueJob(job(&alice, now)));
     store.commit(&alice, again).await.expect("enqueue");
@@ -2244,6 +2247,13 @@ pub async fn whole_set_reads_are_never_cut_short(store: Arc<dyn MemoryStore>) {
     }
     store.commit(&alice, jobs).await.expect("jobs");
     assert_eq!(store.pending_jobs(&alice).await.expect("jobs").len(), 1_001);
+    for (up_to, counted) in [(8, 8), (1_001, 1_001), (5_000, 1_001)] {
+        assert_eq!(
+            store.count_pending_jobs(&alice, up_to).await.expect("count"),
+            counted,
+            "jobs counted up to {up_to}"
+        );
+    }
 }
 
 /// A write that requires its value not to be active fails as a `duplicate` once an

@@ -991,19 +991,25 @@ impl Cairn {
     }
 
     /// Current facts of the scope close to the batch's episodes (for the extractor).
+    /// Every episode's legs go to the store together (one `_msearch` on a cluster).
     async fn relevant_facts(&self, scope: &Scope, episodes: &[Episode]) -> Result<Vec<Fact>> {
+        let filter = current_filter(5);
+        let texts: Vec<TextQuery> = episodes
+            .iter()
+            .map(|episode| TextQuery::new(filter.clone(), episode.text.clone()))
+            .collect();
+        let vectors: Vec<VectorQuery> = episodes
+            .iter()
+            .filter_map(|episode| episode.embedding.clone())
+            .map(|vector| VectorQuery {
+                filter: filter.clone(),
+                vector,
+            })
+            .collect();
+        let (text_legs, vector_legs) = self.store.search_legs(scope, &texts, &vectors).await?;
         let mut found: HashMap<String, Fact> = HashMap::new();
-        for episode in episodes {
-            let filter = current_filter(5);
-            if let Some(vector) = &episode.embedding {
-                let query = VectorQuery {
-                    filter: filter.clone(),
-                    vector: vector.clone(),
-                };
-                collect_facts(&mut found, self.store.search_vector(scope, &query).await?);
-            }
-            let query = TextQuery::new(filter, episode.text.clone());
-            collect_facts(&mut found, self.store.search_text(scope, &query).await?);
+        for hits in vector_legs.into_iter().chain(text_legs) {
+            collect_facts(&mut found, hits);
         }
         let mut facts: Vec<Fact> = found.into_values().collect();
         facts.sort_by_key(|fact| std::cmp::Reverse(fact.created_at));
@@ -1011,7 +1017,8 @@ impl Cairn {
         Ok(facts)
     }
 
-    /// Adds the store's nearest current facts of a candidate to the run's view.
+    /// Adds the store's nearest current facts of a candidate to the run's view (its
+    /// text and vector legs in one search).
     async fn add_neighbours(
         &self,
         scope: &Scope,
@@ -1020,21 +1027,24 @@ impl Cairn {
         vector: Option<&[f32]>,
     ) -> Result<()> {
         let limit = self.settings.consolidation.judge_shown;
-        let mut found = HashMap::new();
         // Facts held for review come too: dedup must see their values.
         let filter = SearchFilter {
             include_pending: true,
             ..current_filter(limit)
         };
-        if let Some(vector) = vector {
-            let query = VectorQuery {
+        let vectors: Vec<VectorQuery> = vector
+            .map(|vector| VectorQuery {
                 filter: filter.clone(),
                 vector: vector.to_vec(),
-            };
-            collect_facts(&mut found, self.store.search_vector(scope, &query).await?);
+            })
+            .into_iter()
+            .collect();
+        let texts = [TextQuery::new(filter, text.to_owned())];
+        let (text_legs, vector_legs) = self.store.search_legs(scope, &texts, &vectors).await?;
+        let mut found = HashMap::new();
+        for hits in vector_legs.into_iter().chain(text_legs) {
+            collect_facts(&mut found, hits);
         }
-        let query = TextQuery::new(filter, text.to_owned());
-        collect_facts(&mut found, self.store.search_text(scope, &query).await?);
         for (id, fact) in found {
             working.facts.entry(id).or_insert(fact);
         }
