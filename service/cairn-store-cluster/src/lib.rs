@@ -17,6 +17,7 @@ pub mod mappings;
 pub mod query;
 mod recalled;
 mod records;
+mod reserved;
 mod statistics;
 mod usage;
 mod vectors;
@@ -86,6 +87,8 @@ pub struct ClusterStore {
     prepared: Arc<commit::Prepared>,
     /// The episode each recent session ended with, as written (see `commit::Tails`).
     tails: Arc<commit::Tails>,
+    /// The episode ids of positions this process reserved (see `reserved`).
+    reserved: Arc<reserved::Reserved>,
     /// The scope statistics text searches counted, kept a while (see `statistics`).
     statistics: Arc<statistics::StatisticsCache>,
 }
@@ -100,7 +103,6 @@ enum Status {
     Refused(String),
 }
 
-/// Percent-encodes an id for a URL path segment.
 /// Readies a document on its way to the cluster: the `embedding` its `vector` holds
 /// (see `vectors`) and, in an index of records, its `record` made afresh (see
 /// `recalled`).
@@ -112,6 +114,15 @@ fn outgoing(document: &mut Value, holds_records: bool) -> Result<()> {
     Ok(())
 }
 
+/// Whether a job document is due at `now` (micros) and not leased, as
+/// [`query::due_jobs`] selects it.
+fn due_at(job: &Value, now: i64) -> bool {
+    job["run_after"].as_i64().is_some_and(|at| at <= now)
+        && job["leased_until"].as_i64().is_none_or(|until| until <= now)
+        && job.get("dead_at").is_none_or(Value::is_null)
+}
+
+/// Percent-encodes an id for a URL path segment.
 fn segment(id: &str) -> String {
     let mut out = String::new();
     for byte in id.bytes() {
@@ -225,6 +236,7 @@ impl ClusterStore {
             retired: Arc::default(),
             prepared: Arc::default(),
             tails: Arc::default(),
+            reserved: Arc::default(),
             statistics: Arc::default(),
         })
     }
@@ -764,8 +776,21 @@ impl ClusterStore {
 
     /// Reserves positions for `episodes` in the scope's episode log, and notes the last
     /// of them in each session. Returns the first position and the episode each session
-    /// ended with before (for the sessions the state remembers).
+    /// ended with before (for the sessions the state remembers). The ids are remembered
+    /// by position (see `reserved`).
     async fn allocate_positions(
+        &self,
+        scope: &Scope,
+        episodes: &[cairn_core::Episode],
+    ) -> Result<(u64, HashMap<String, String>)> {
+        let (first, previous) = self.reserve_in_state(scope, episodes).await?;
+        let ids = episodes.iter().map(|episode| episode.id.as_str());
+        self.reserved.record(&state_id(scope), first, ids);
+        Ok((first, previous))
+    }
+
+    /// The compare-and-set of [`ClusterStore::allocate_positions`] on the state document.
+    async fn reserve_in_state(
         &self,
         scope: &Scope,
         episodes: &[cairn_core::Episode],
@@ -807,6 +832,70 @@ impl ClusterStore {
             Ok(StateEdit::Write((first, previous)))
         })
         .await
+    }
+
+    /// The episodes at the positions after `position` (up to `last`, at most `limit`)
+    /// when this process reserved them all, read by id (see `reserved`): those found,
+    /// in the scope and at their positions, up to the first that is not. `None` when
+    /// the positions were not all reserved here or the first is not found.
+    async fn reserved_episodes(
+        &self,
+        scope: &Scope,
+        position: u64,
+        last: u64,
+        limit: usize,
+    ) -> Result<Option<Vec<LoggedEpisode>>> {
+        let last = last.min(position.saturating_add(limit as u64));
+        if last <= position {
+            return Ok(None);
+        }
+        let Some(ids) = self.reserved.ids(&state_id(scope), position + 1, last) else {
+            return Ok(None);
+        };
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let found = self.scoped_multi_get(scope, "episodes", &ids, None, true).await?;
+        let mut episodes = Vec::new();
+        for (expected, hit) in (position + 1..).zip(found) {
+            let Some(hit) = hit else { break };
+            let (at, episode) = records::read_episode(&hit.source)?;
+            if at != expected {
+                break;
+            }
+            episodes.push(LoggedEpisode {
+                position: at,
+                episode,
+            });
+        }
+        Ok((!episodes.is_empty()).then_some(episodes))
+    }
+
+    /// Leases a job found due at `version`: a compare-and-set without a refresh. A search
+    /// that has not seen a lease yet offers the job at its version before the lease,
+    /// whose write then conflicts; the job is read again by id (realtime) and leased at
+    /// its current version if it is still due. `false` when another worker holds it.
+    async fn lease(
+        &self,
+        id: &str,
+        tenant: &str,
+        version: (i64, i64),
+        source: Value,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<bool> {
+        let leased = |mut source: Value, version: (i64, i64)| async move {
+            source["leased_until"] = json!(docs::micros(lease_until));
+            let answer = self.put("jobs", id, tenant, source, Some(version), false).await?;
+            Ok::<bool, Error>(answer.status != 409)
+        };
+        if leased(source, version).await? {
+            return Ok(true);
+        }
+        match self.get("jobs", id, tenant).await? {
+            Some(current) if due_at(&current.source, docs::micros(now)) => {
+                leased(current.source, (current.seq_no, current.primary_term)).await
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Reads by id, in one `_msearch`, the records of the recall hits whose documents
@@ -1627,6 +1716,10 @@ impl MemoryStore for ClusterStore {
             .as_ref()
             .and_then(|doc| doc.source["allocated_at"].as_i64())
             .is_none_or(|at| docs::micros(Utc::now()) - at > GAP_PATIENCE_MICROS);
+        // Positions this process reserved are read by id, without a refresh.
+        if let Some(episodes) = self.reserved_episodes(scope, position, allocated, limit).await? {
+            return Ok(episodes);
+        }
         let body = query::scoped(
             scope,
             vec![json!({ "range": { "position": { "gt": stored_position(position) } } })],
@@ -1696,6 +1789,18 @@ impl MemoryStore for ClusterStore {
             .collect()
     }
 
+    /// A search that reads no document: the scope's jobs counted up to `up_to`.
+    async fn count_pending_jobs(&self, scope: &Scope, up_to: usize) -> Result<usize> {
+        self.ready()?;
+        let mut body = query::scoped(scope, Vec::new(), None, 0);
+        body["track_total_hits"] = json!(up_to);
+        let answer = self.search("jobs", Some(scope.tenant().as_str()), body).await?;
+        let total = answer["hits"]["total"]["value"]
+            .as_u64()
+            .ok_or_else(|| Error::Storage("jobs search answer without a total".into()))?;
+        Ok(usize::try_from(total).unwrap_or(usize::MAX).min(up_to))
+    }
+
     async fn claim_job(
         &self,
         now: DateTime<Utc>,
@@ -1720,12 +1825,10 @@ impl MemoryStore for ClusterStore {
             let owner: records::Owner = hit.read()?;
             let job = records::read_job(&hit.source)?;
             let version = hit.version()?;
-            let mut source = hit.source;
-            source["leased_until"] = json!(docs::micros(lease_until));
-            let answer = self
-                .write_if("jobs", &job.id, &owner.tenant, source, Some(version))
-                .await?;
-            if answer.status == 409 {
+            if !self
+                .lease(&job.id, &owner.tenant, version, hit.source, now, lease_until)
+                .await?
+            {
                 continue; // another worker took it
             }
             // The job was written under an authenticated scope; a document that no longer
@@ -1798,6 +1901,7 @@ impl MemoryStore for ClusterStore {
             states.remove(&state_id(scope));
         }
         self.tails.forget(scope);
+        self.reserved.forget(&state_id(scope));
         self.erase_where(scope, "state", Vec::new()).await?;
         self.create(
             "audit",

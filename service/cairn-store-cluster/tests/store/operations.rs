@@ -768,3 +768,98 @@ async fn a_remembered_session_end_never_overwrites_a_change_or_brings_back_a_del
         );
     }
 }
+
+/// A consolidation run reads the positions this process reserved by id, without a
+/// refresh: with the episodes index's scheduled refresh off, the run gets an ingest that
+/// a search cannot see yet. Positions another process reserved, and positions that
+/// start over after an erasure made there, come from the search instead (the ids
+/// remembered here are gone). On both engines.
+#[tokio::test]
+async fn a_run_reads_the_positions_reserved_here_by_id_without_a_refresh() {
+    use cairn_core::MemoryStore;
+    for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
+        let Some((url, store, _cleanup)) = super::unprepared(variable).await else {
+            continue;
+        };
+        store.bootstrap().await.expect("bootstrap");
+        let elsewhere = cairn_store_cluster::ClusterStore::connect(&url, store.prefix(), 3)
+            .await
+            .expect("a second process");
+        elsewhere.bootstrap().await.expect("bootstrap");
+        let episodes = format!("/{}-episodes", store.prefix());
+        let unrefreshed = serde_json::json!({ "index": { "refresh_interval": "-1" } });
+        assert_eq!(
+            raw_put(&url, &format!("{episodes}/_settings"), unrefreshed).await,
+            Some(200),
+            "{variable}: scheduled refresh off"
+        );
+        let alice = cairn_store_tests::scope("acme", "alice");
+        let said = cairn_store_tests::session_episode;
+        let ingest = |episodes| cairn_store_tests::ingest(&alice, episodes);
+        let read = |position: u64, limit: usize| {
+            let store = &store;
+            let alice = &alice;
+            async move {
+                let logged = store
+                    .episodes_after(alice, position, limit)
+                    .await
+                    .expect("episodes after");
+                logged
+                    .into_iter()
+                    .map(|logged| (logged.position, logged.episode.id))
+                    .collect::<Vec<_>>()
+            }
+        };
+
+        let first = said("My sister lives in Porto");
+        let second = said("She teaches chemistry");
+        store
+            .commit(&alice, ingest(vec![first.clone(), second.clone()]))
+            .await
+            .expect("ingest");
+        assert_eq!(
+            read(0, 10).await,
+            vec![(1, first.id.clone()), (2, second.id.clone())],
+            "{variable}: the run reads both"
+        );
+        let searchable = raw_json(&url, "GET", &format!("{episodes}/_count"))
+            .await
+            .expect("count");
+        assert_eq!(
+            searchable["count"].as_u64(),
+            Some(0),
+            "{variable}: read by id, nothing refreshed"
+        );
+        assert_eq!(
+            read(0, 1).await,
+            vec![(1, first.id.clone())],
+            "{variable}: the limit holds"
+        );
+
+        let third = said("She moved there in 2019");
+        elsewhere
+            .commit(&alice, ingest(vec![third.clone()]))
+            .await
+            .expect("ingest elsewhere");
+        assert_eq!(
+            read(2, 10).await,
+            vec![(3, third.id.clone())],
+            "{variable}: a position reserved elsewhere is searched"
+        );
+
+        elsewhere
+            .erase_scope(&alice, cairn_store_tests::audit(&alice, "user.erase"))
+            .await
+            .expect("erase elsewhere");
+        let fourth = said("I started learning Portuguese");
+        elsewhere
+            .commit(&alice, ingest(vec![fourth.clone()]))
+            .await
+            .expect("ingest after the erasure");
+        assert_eq!(
+            read(0, 10).await,
+            vec![(1, fourth.id.clone())],
+            "{variable}: positions that started over are not taken for the erased ones"
+        );
+    }
+}
