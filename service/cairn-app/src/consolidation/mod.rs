@@ -1006,11 +1006,7 @@ impl Cairn {
                 vector,
             })
             .collect();
-        let (text_legs, vector_legs) = self.store.search_legs(scope, &texts, &vectors).await?;
-        let mut found: HashMap<String, Fact> = HashMap::new();
-        for hits in vector_legs.into_iter().chain(text_legs) {
-            collect_facts(&mut found, hits);
-        }
+        let found = self.facts_found(scope, &texts, &vectors).await?;
         let mut facts: Vec<Fact> = found.into_values().collect();
         facts.sort_by_key(|fact| std::cmp::Reverse(fact.created_at));
         facts.truncate(20);
@@ -1040,15 +1036,26 @@ impl Cairn {
             .into_iter()
             .collect();
         let texts = [TextQuery::new(filter, text.to_owned())];
-        let (text_legs, vector_legs) = self.store.search_legs(scope, &texts, &vectors).await?;
+        for (id, fact) in self.facts_found(scope, &texts, &vectors).await? {
+            working.facts.entry(id).or_insert(fact);
+        }
+        Ok(())
+    }
+
+    /// The active facts the legs find, by id, in one `search_legs` call (one `_msearch`
+    /// on a cluster).
+    async fn facts_found(
+        &self,
+        scope: &Scope,
+        texts: &[TextQuery],
+        vectors: &[VectorQuery],
+    ) -> Result<HashMap<String, Fact>> {
+        let (text_legs, vector_legs) = self.store.search_legs(scope, texts, vectors).await?;
         let mut found = HashMap::new();
         for hits in vector_legs.into_iter().chain(text_legs) {
             collect_facts(&mut found, hits);
         }
-        for (id, fact) in found {
-            working.facts.entry(id).or_insert(fact);
-        }
-        Ok(())
+        Ok(found)
     }
 
     /// A fact of any status already derived from one of the candidate's episodes with
