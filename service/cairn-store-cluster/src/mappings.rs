@@ -70,8 +70,8 @@ pub struct BootstrapReport {
     /// Existing indices made before vectors left `_source` (see `vectors`): their
     /// documents keep the float array too, so recall reads more of every hit.
     pub vectors_in_source: Vec<String>,
-    /// Existing indices made before `record` (see `recalled`): their documents keep it
-    /// in `_source` too.
+    /// Existing indices made before `record` or `record_vector` (see `recalled`): their
+    /// documents keep these in `_source` too.
     pub records_in_source: Vec<String>,
     /// Documents written without a `record`, given theirs now.
     pub recorded: u64,
@@ -390,7 +390,7 @@ pub async fn bootstrap(cluster: &Cluster, target: &Target<'_>) -> Result<Bootstr
         if wanted_excludes.is_array() && !left_out("embedding") {
             report.vectors_in_source.push(name.clone());
         }
-        if recalled::KINDS.contains(&kind) && !left_out(recalled::FIELD) {
+        if recalled::KINDS.contains(&kind) && !(left_out(recalled::FIELD) && left_out(recalled::VECTOR)) {
             report.records_in_source.push(name.clone());
         }
         let (missing, found) = compare(&template["template"]["mappings"]["properties"], actual);

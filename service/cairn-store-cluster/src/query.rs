@@ -83,13 +83,16 @@ pub fn restrictions(scope: &Scope, filter: &SearchFilter) -> Vec<Value> {
 }
 
 /// What a read of records by id takes of each `_source`: never the indexed stems nor
-/// the `record` that older indices keep there too, and the vector (`vector`, or
-/// `embedding` in indices made before it) only when the caller needs vectors.
+/// the `record` and `record_vector` that older indices keep there too, and the vector
+/// (`vector`, or `embedding` in indices made before it) only when the caller needs
+/// vectors.
 fn read_fields(filter: &SearchFilter) -> Value {
     if filter.with_vectors {
-        json!({ "excludes": ["terms", "context_terms", "record"] })
+        json!({ "excludes": ["terms", "context_terms", recalled::FIELD, recalled::VECTOR] })
     } else {
-        json!({ "excludes": ["terms", "context_terms", "record", "embedding", "vector"] })
+        json!({ "excludes": [
+            "terms", "context_terms", recalled::FIELD, recalled::VECTOR, "embedding", "vector"
+        ] })
     }
 }
 
@@ -121,7 +124,7 @@ pub fn text_search(scope: &Scope, query: &TextQuery, terms: &[Term], count: bool
             "must": matching(query, stems.join(" "))
         } }
     });
-    recalled::read_from_doc_values(&mut body);
+    recalled::read_from_doc_values(&mut body, filter.with_vectors);
     if count {
         body["aggs"] = json!({ "scope": term_statistics(scope, query, terms) });
     }
@@ -207,7 +210,7 @@ pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vecto
             }
         }),
     };
-    recalled::read_from_doc_values(&mut body);
+    recalled::read_from_doc_values(&mut body, filter.with_vectors);
     body
 }
 

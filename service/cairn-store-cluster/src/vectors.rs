@@ -11,10 +11,16 @@
 //! either.
 
 use base64::Engine as _;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use cairn_core::{Error, Result};
 use serde_json::{Value, json};
 
-const CODEC: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+/// Standard base64, written padded and read either way: OpenSearch answers binary doc
+/// values (`record`, `record_vector`) without padding, Elasticsearch with.
+pub(crate) const CODEC: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 /// The stored form of a vector.
 pub fn encode(values: &[f32]) -> String {

@@ -260,6 +260,120 @@ async fn facts_written_without_a_record_are_found_and_given_one() {
     }
 }
 
+/// A fact written before vectors had a doc value of their own (`record_vector`) keeps
+/// its vector inside `record`: bootstrap adds the field to its index, and the fact and a
+/// fact written afterwards (whose vector is only in `record_vector`) give their vectors
+/// to a search that asks, and none to one that does not. On both engines.
+#[tokio::test]
+async fn facts_whose_record_holds_their_vector_keep_working() {
+    use base64::Engine as _;
+    use cairn_core::{Memory, MemoryStore, SearchFilter, Tier, VectorQuery};
+    for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
+        let Some((url, store, _cleanup)) = super::unprepared(variable).await else {
+            continue;
+        };
+        let index = format!("{}-facts", store.prefix());
+        let mut earlier = earlier_facts(&store, "record_vector");
+        earlier["mappings"]["_source"] = json!({ "excludes": ["embedding", "record"] });
+        assert!(
+            reqwest_free_put(&url, &index, earlier).await,
+            "{variable}: earlier index created"
+        );
+        let codec = base64::engine::general_purpose::STANDARD;
+        let bytes: Vec<u8> = [0.6_f32, 0.8, 0.0]
+            .iter()
+            .flat_map(|value| value.to_le_bytes())
+            .collect();
+        let vector = codec.encode(bytes);
+        let record = json!({
+            "id": "f-old", "fact_type": "preference", "text": "The user likes green tea",
+            "status": "active", "confidence": 0.9, "source_episode_ids": [],
+            "created_at": 1_700_000_000_000_000_i64, "use_count": 0, "vector": vector
+        });
+        let mut fact = record.clone();
+        fact["tenant"] = json!("acme");
+        fact["user"] = json!("alice");
+        fact["terms"] = json!(cairn_core::bm25::index_terms("The user likes green tea"));
+        fact["embedding"] = json!([0.6, 0.8, 0.0]);
+        fact["record"] = json!(codec.encode(record.to_string()));
+        let written = raw_put(
+            &url,
+            &format!("/{index}/_doc/f-old?routing=acme&refresh=true"),
+            fact,
+        )
+        .await;
+        assert_eq!(written, Some(201), "{variable}: older fact written");
+
+        let report = store.bootstrap().await.expect("bootstrap");
+        assert_eq!(
+            report.extended,
+            vec![index.clone()],
+            "{variable}: record_vector added"
+        );
+        assert_eq!(report.records_in_source, vec![index.clone()], "{variable}");
+        assert_eq!(
+            report.recorded, 0,
+            "{variable}: the older record is read as it is"
+        );
+        let scope = cairn_store_tests::scope("acme", "alice");
+        let mut newer = cairn_store_tests::fact("The user likes green apples", chrono::Utc::now());
+        newer.embedding = Some(vec![0.0, 0.6, 0.8]);
+        store
+            .commit(
+                &scope,
+                cairn_core::ChangeSet::new(cairn_store_tests::audit(&scope, "fact.create"))
+                    .with(cairn_core::Change::InsertFact(newer.clone())),
+            )
+            .await
+            .expect("insert");
+        let vectors = |hits: &[cairn_core::TextHit]| {
+            let mut found: Vec<(String, Option<Vec<f32>>)> = hits
+                .iter()
+                .map(|hit| match &hit.memory {
+                    Memory::Fact(fact) => (fact.text.clone(), fact.embedding.clone()),
+                    other => panic!("{variable}: not a fact: {other:?}"),
+                })
+                .collect();
+            found.sort_by(|a, b| a.0.cmp(&b.0));
+            found
+        };
+        for with_vectors in [true, false] {
+            let filter = SearchFilter {
+                limit: 5,
+                with_vectors,
+                ..cairn_store_tests::current_in(Tier::Semantic)
+            };
+            let expected = vec![
+                (
+                    "The user likes green apples".to_owned(),
+                    with_vectors.then(|| vec![0.0, 0.6, 0.8]),
+                ),
+                (
+                    "The user likes green tea".to_owned(),
+                    with_vectors.then(|| vec![0.6, 0.8, 0.0]),
+                ),
+            ];
+            let query = cairn_core::TextQuery::new(filter.clone(), "green");
+            let by_text = store.search_text(&scope, &query).await.expect("text");
+            assert_eq!(
+                vectors(&by_text),
+                expected,
+                "{variable}: text, vectors {with_vectors}"
+            );
+            let query = VectorQuery {
+                filter,
+                vector: vec![0.3, 0.7, 0.4],
+            };
+            let by_vector = store.search_vector(&scope, &query).await.expect("knn");
+            assert_eq!(
+                vectors(&by_vector),
+                expected,
+                "{variable}: kNN, vectors {with_vectors}"
+            );
+        }
+    }
+}
+
 /// An index made before vectors left `_source` (no `_source.excludes`, no `vector`
 /// field) keeps working: bootstrap adds `vector` and names the index, its vectors read
 /// back, its records stay in the kNN index and are counted, on both engines.

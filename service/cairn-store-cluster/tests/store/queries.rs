@@ -48,7 +48,8 @@ fn text_queries_filter_scope_and_currency() {
         insta::assert_json_snapshot!(format!("text_statistics_{}", tier.as_str()), sorted(&statistics));
     }
     assert!(query::text_search(&scope, &TextQuery::new(filter(Tier::Semantic), "?!"), &[], true).is_none());
-    // Recall reads no stored field: the id and record doc values only.
+    // Recall reads no stored field: the id and record doc values only, and the vector's
+    // when asked for.
     let body = query::text_search(
         &scope,
         &TextQuery::new(filter(Tier::Semantic), "sneakers"),
@@ -58,6 +59,17 @@ fn text_queries_filter_scope_and_currency() {
     .expect("terms");
     assert_eq!(body["_source"], false);
     assert_eq!(body["stored_fields"], "_none_");
+    assert_eq!(
+        body["docvalue_fields"],
+        serde_json::json!(["id", "record", "record_vector"])
+    );
+    let body = query::text_search(
+        &scope,
+        &TextQuery::new(cairn_store_tests::current_in(Tier::Semantic), "sneakers"),
+        &terms,
+        false,
+    )
+    .expect("terms");
     assert_eq!(body["docvalue_fields"], serde_json::json!(["id", "record"]));
     let without_context = TextQuery {
         context_weight: 0.0,
@@ -100,7 +112,14 @@ fn records_read_by_id_stay_in_the_scope_and_leave_stems_and_records_out() {
     let without = query::records_by_id(&scope, &cairn_store_tests::current_in(Tier::Semantic), &["f1"]);
     assert_eq!(
         without["_source"]["excludes"],
-        serde_json::json!(["terms", "context_terms", "record", "embedding", "vector"]),
+        serde_json::json!([
+            "terms",
+            "context_terms",
+            "record",
+            "record_vector",
+            "embedding",
+            "vector"
+        ]),
         "the vector only when asked for"
     );
 }
