@@ -3,7 +3,7 @@
 //! agree, the cited evidence is still stored) is read and checked before anything is
 //! written, and turned into the conditional updates the commit makes (see `commit`).
 
-use crate::{ClusterStore, Update, Versioned, docs, fresh_state, records, require_status, state_id};
+use crate::{ClusterStore, Update, Versioned, docs, records, require_status, watermark_id, watermark_source};
 use cairn_core::text::fingerprint;
 use cairn_core::{Change, Error, FactStatus, MemoryStore, Result, Scope};
 use serde_json::{Value, json};
@@ -184,11 +184,7 @@ impl ClusterStore {
                     });
                 }
                 Change::MoveWatermark { expected, to } => {
-                    let doc = self.state(scope).await?;
-                    let current = doc
-                        .as_ref()
-                        .and_then(|doc| doc.source["watermark"].as_u64())
-                        .unwrap_or(0);
+                    let (current, doc) = self.watermark_doc(scope).await?;
                     if current != *expected {
                         return Err(Error::Conflict {
                             code: cairn_core::ErrorCode::WatermarkMoved,
@@ -197,11 +193,8 @@ impl ClusterStore {
                             ),
                         });
                     }
-                    let mut after = doc
-                        .as_ref()
-                        .map_or_else(|| fresh_state(scope), |doc| doc.source.clone());
-                    after["watermark"] = json!(to);
-                    updates.push(Update::new("state", state_id(scope), doc, after));
+                    let after = watermark_source(scope, *to);
+                    updates.push(Update::new("state", watermark_id(scope), doc, after));
                 }
                 Change::RequireEpisodes(episode_ids) => {
                     self.require_episodes(scope, episode_ids).await?;

@@ -143,6 +143,19 @@ fn state_id(scope: &Scope) -> String {
     format!("{}/{}", scope.tenant(), scope.user())
 }
 
+/// The id of a scope's consolidation watermark: a document of its own in the state
+/// index, beside the state document that ingests write (episode positions, sessions),
+/// so that a consolidation run and an ingest never write the same document.
+fn watermark_id(scope: &Scope) -> String {
+    format!("{}#watermark", state_id(scope))
+}
+
+/// The watermark document of a scope at `position`.
+fn watermark_source(scope: &Scope, position: u64) -> Value {
+    json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(),
+            "id": watermark_id(scope), "watermark": position })
+}
+
 /// A document read for a conditional write.
 struct Versioned {
     source: Value,
@@ -721,6 +734,23 @@ impl ClusterStore {
         self.get("state", &state_id(scope), scope.tenant().as_str()).await
     }
 
+    /// The scope's consolidation watermark, with its document (see [`watermark_id`]).
+    /// A store written before the watermark had a document of its own keeps it in the
+    /// state document, which counts until the first move writes the watermark's own.
+    async fn watermark_doc(&self, scope: &Scope) -> Result<(u64, Option<Versioned>)> {
+        let tenant = scope.tenant().as_str();
+        if let Some(doc) = self.get("state", &watermark_id(scope), tenant).await? {
+            let position = doc.source["watermark"].as_u64().unwrap_or(0);
+            return Ok((position, Some(doc)));
+        }
+        let earlier = self
+            .state(scope)
+            .await?
+            .and_then(|doc| doc.source["watermark"].as_u64())
+            .unwrap_or(0);
+        Ok((earlier, None))
+    }
+
     /// Changes the scope's state document by compare-and-set, retried on conflict.
     /// `edit` gets the current document (a fresh one when the scope has none) and says
     /// what to answer: after editing it (`Write`), or with nothing to write (`Keep`).
@@ -964,7 +994,7 @@ enum StateEdit<T> {
 /// The state document of a scope that has none yet.
 fn fresh_state(scope: &Scope) -> Value {
     json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(), "id": state_id(scope),
-            "watermark": 0, "allocated": 0 })
+            "allocated": 0 })
 }
 
 /// A position as the `long` field stores it: past its range, the largest it can hold
@@ -1696,11 +1726,7 @@ impl MemoryStore for ClusterStore {
 
     async fn watermark(&self, scope: &Scope) -> Result<u64> {
         self.ready()?;
-        Ok(self
-            .state(scope)
-            .await?
-            .and_then(|doc| doc.source["watermark"].as_u64())
-            .unwrap_or(0))
+        Ok(self.watermark_doc(scope).await?.0)
     }
 
     async fn episodes_after(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {

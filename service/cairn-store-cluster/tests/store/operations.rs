@@ -529,6 +529,118 @@ async fn a_replayed_batch_writes_nothing_twice() {
     assert_eq!(store.watermark(&scope).await.expect("watermark"), 1);
 }
 
+/// A consolidation run's watermark and an ingest's episode positions are documents of
+/// their own: runs that move the watermark while ingests reserve positions never
+/// conflict, while a run that read a stale watermark still does. A watermark an earlier
+/// release kept in the state document counts until the first move, and an erasure
+/// starts the watermark over. On both engines.
+#[tokio::test]
+async fn watermark_moves_beside_ingests_are_no_conflict() {
+    use cairn_core::{Change, ChangeSet, Error, ErrorCode, MemoryStore};
+    for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
+        let Some((url, store, _cleanup)) = super::unprepared(variable).await else {
+            continue;
+        };
+        store.bootstrap().await.expect("bootstrap");
+        let alice = cairn_store_tests::scope("acme", "alice");
+        let run = |expected: u64, to: u64| {
+            ChangeSet::new(cairn_store_tests::audit(&alice, "consolidation.run"))
+                .with(Change::MoveWatermark { expected, to })
+        };
+        let ingests = async {
+            for turn in 0..30 {
+                let said = cairn_store_tests::session_episode(&format!("Turn {turn}: I repaint the kitchen"));
+                store
+                    .commit(&alice, cairn_store_tests::ingest(&alice, vec![said]))
+                    .await
+                    .expect("ingest");
+            }
+        };
+        let moves = async {
+            for position in 0..30 {
+                store
+                    .commit(&alice, run(position, position + 1))
+                    .await
+                    .expect("a move beside ingests is no conflict");
+            }
+        };
+        tokio::join!(ingests, moves);
+        assert_eq!(
+            store.watermark(&alice).await.expect("watermark"),
+            30,
+            "{variable}"
+        );
+        let positions: Vec<u64> = store
+            .episodes_after(&alice, 0, 100)
+            .await
+            .expect("episodes")
+            .into_iter()
+            .map(|logged| logged.position)
+            .collect();
+        assert_eq!(
+            positions,
+            (1..=30).collect::<Vec<_>>(),
+            "{variable}: every position once"
+        );
+        let stale = store.commit(&alice, run(3, 31)).await;
+        assert!(
+            matches!(
+                &stale,
+                Err(Error::Conflict {
+                    code: ErrorCode::WatermarkMoved,
+                    ..
+                })
+            ),
+            "{variable}: a stale watermark conflicts: {stale:?}"
+        );
+        assert_eq!(
+            store.watermark(&alice).await.expect("watermark"),
+            30,
+            "{variable}: unmoved"
+        );
+
+        let bob = cairn_store_tests::scope("acme", "bob");
+        let earlier = serde_json::json!({ "tenant": "acme", "user": "bob", "id": "acme/bob",
+                                          "watermark": 7, "allocated": 9 });
+        let path = format!(
+            "/{}-state/_doc/acme%2Fbob?routing=acme&refresh=true",
+            store.prefix()
+        );
+        assert_eq!(
+            raw_put(&url, &path, earlier).await,
+            Some(201),
+            "{variable}: an earlier state"
+        );
+        assert_eq!(
+            store.watermark(&bob).await.expect("watermark"),
+            7,
+            "{variable}: read as it was"
+        );
+        let bob_run = ChangeSet::new(cairn_store_tests::audit(&bob, "consolidation.run"))
+            .with(Change::MoveWatermark { expected: 7, to: 9 });
+        store
+            .commit(&bob, bob_run)
+            .await
+            .expect("moved from the earlier watermark");
+        assert_eq!(store.watermark(&bob).await.expect("watermark"), 9, "{variable}");
+
+        store
+            .erase_scope(&alice, cairn_store_tests::audit(&alice, "user.erase"))
+            .await
+            .expect("erase");
+        assert_eq!(
+            store.watermark(&alice).await.expect("watermark"),
+            0,
+            "{variable}: starts over"
+        );
+        assert_eq!(
+            store.watermark(&bob).await.expect("watermark"),
+            9,
+            "{variable}: bob keeps his"
+        );
+    }
+}
+
 /// Recall indexes Cairn's own Porter stems (`cairn_core::porter`); the `cairn_text`
 /// analyzer of the text fields people search in Discover must find the same stems, so
 /// the two searches agree. (Lucene's `porter_stem` is also the reference the stemmer is
