@@ -154,14 +154,13 @@ impl Cairn {
             ConsolidateMode::None => None,
             ConsolidateMode::Async | ConsolidateMode::Sync if queue_full => None,
             ConsolidateMode::Async | ConsolidateMode::Sync => {
-                let job = queued_job(
-                    new_id("job"),
-                    scope,
-                    context,
-                    assistant_context,
-                    ingested_at,
-                    ingested_at,
-                );
+                // An asynchronous job waits for the rest of a burst; a synchronous
+                // ingest's job is the fallback of its run, due at once.
+                let due = match request.consolidate {
+                    ConsolidateMode::Async => ingested_at + self.settings.consolidation.settle,
+                    _ => ingested_at,
+                };
+                let job = queued_job(new_id("job"), scope, context, assistant_context, ingested_at, due);
                 let id = job.id.clone();
                 change_set = change_set.with(Change::EnqueueJob(job));
                 Some(id)

@@ -533,6 +533,32 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// fingerprint, newest first.
     async fn find_reviews_by_fingerprint(&self, scope: &Scope, fingerprint: &str) -> Result<Vec<Review>>;
 
+    /// For each of the value fingerprints that has one, the newest review of the scope
+    /// with that fingerprint that is pending or rejected, by fingerprint: what
+    /// [`MemoryStore::find_reviews_by_fingerprint`] finds first of those statuses. By
+    /// default one read per fingerprint, unless a backend reads them together.
+    async fn held_or_rejected_values(
+        &self,
+        scope: &Scope,
+        fingerprints: &[String],
+    ) -> Result<std::collections::HashMap<String, Review>> {
+        let mut found = std::collections::HashMap::new();
+        for value in fingerprints {
+            if found.contains_key(value) {
+                continue;
+            }
+            if let Some(review) = self
+                .find_reviews_by_fingerprint(scope, value)
+                .await?
+                .into_iter()
+                .find(|review| matches!(review.status, ReviewStatus::Pending | ReviewStatus::Rejected))
+            {
+                found.insert(value.clone(), review);
+            }
+        }
+        Ok(found)
+    }
+
     /// Audit events newest first.
     async fn list_audit(&self, scope: &Scope, page: &PageRequest) -> Result<Page<AuditEvent>>;
 

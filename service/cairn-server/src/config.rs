@@ -139,6 +139,9 @@ pub struct Config {
     pub consolidation_max_attempts: u32,
     /// Batches a background run consolidates before its scope gives up its turn.
     pub consolidation_max_batches_per_run: usize,
+    /// How long an asynchronous ingest's consolidation job waits before it is due, so a
+    /// burst of ingests is consolidated by one run.
+    pub consolidation_settle_ms: u64,
     /// LLM tokens (input and output) a tenant's consolidation may spend per UTC day;
     /// 0 for no limit.
     pub consolidation_token_budget: u64,
@@ -265,6 +268,7 @@ impl Default for Config {
             consolidation_max_attempts: 8,
             consolidation_token_budget: 0,
             consolidation_max_batches_per_run: 5,
+            consolidation_settle_ms: 500,
             consolidation_run_cost: 10,
             rate_limit_per_second: 50,
             rate_limit_burst: 100,
@@ -364,6 +368,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("consolidation_max_attempts", Kind::Integer),
     ("consolidation_token_budget", Kind::Integer),
     ("consolidation_max_batches_per_run", Kind::Integer),
+    ("consolidation_settle_ms", Kind::Integer),
     ("consolidation_run_cost", Kind::Integer),
     ("rate_limit_per_second", Kind::Integer),
     ("rate_limit_burst", Kind::Integer),
@@ -809,6 +814,12 @@ impl Config {
             return Err(config_error(
                 "CAIRN_CONSOLIDATION_MAX_BATCHES_PER_RUN",
                 "must be between 1 and 1000",
+            ));
+        }
+        if self.consolidation_settle_ms > 60_000 {
+            return Err(config_error(
+                "CAIRN_CONSOLIDATION_SETTLE_MS",
+                "must be at most 60000 (one minute)",
             ));
         }
         if !(1..=100).contains(&self.consolidation_max_attempts) {

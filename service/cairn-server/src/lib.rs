@@ -247,6 +247,9 @@ pub fn build_cairn(config: &Config, store: Arc<dyn MemoryStore>) -> anyhow::Resu
             ),
             max_attempts: config.consolidation_max_attempts,
             max_batches_per_run: config.consolidation_max_batches_per_run,
+            settle: chrono::Duration::milliseconds(
+                i64::try_from(config.consolidation_settle_ms).unwrap_or(500),
+            ),
             tenant_token_budget: config.consolidation_token_budget,
             ..ConsolidationSettings::default()
         },
@@ -371,8 +374,9 @@ pub fn spawn_maintenance(state: actix_web::web::Data<http::AppState>) -> tokio::
     })
 }
 
-/// Runs queued consolidation jobs until the process stops: woken by ingests, and
-/// polling once a second for retries that came due.
+/// Runs queued consolidation jobs until the process stops: woken by ingests (after the
+/// settle window, when their jobs come due), and polling once a second for retries
+/// that came due.
 pub fn spawn_consolidation_worker(
     state: actix_web::web::Data<http::AppState>,
 ) -> tokio::task::JoinHandle<()> {
@@ -382,7 +386,9 @@ pub fn spawn_consolidation_worker(
                 Ok(Some(JobRun::Done(outcome))) => state.metrics.observe_consolidation(&outcome, "job"),
                 Ok(None) => {
                     tokio::select! {
-                        () = state.cairn.consolidation_woken() => {}
+                        () = state.cairn.consolidation_woken() => {
+                            tokio::time::sleep(state.cairn.consolidation_settle()).await;
+                        }
                         () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
                     }
                 }

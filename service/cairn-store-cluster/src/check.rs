@@ -7,7 +7,7 @@ use crate::{ClusterStore, Update, Versioned, docs, records, require_status, wate
 use cairn_core::text::fingerprint;
 use cairn_core::{Change, Error, FactStatus, MemoryStore, Result, Scope};
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 impl ClusterStore {
     /// Reads and checks every precondition of the change set; returns the conditional
@@ -15,6 +15,17 @@ impl ClusterStore {
     pub(crate) async fn check(&self, scope: &Scope, changes: &[Change]) -> Result<Vec<Update>> {
         let mut updates = Vec::new();
         let mut lifted = Vec::new();
+        // The tombstones of every inserted value, in one search.
+        let inserted: Vec<String> = changes
+            .iter()
+            .filter_map(|change| match change {
+                Change::InsertFact(fact) if fact.status != FactStatus::Pending => {
+                    Some(fingerprint(&fact.text))
+                }
+                _ => None,
+            })
+            .collect();
+        let tombstoned = self.tombstones_of(scope, &inserted).await?;
         for change in changes {
             match change {
                 Change::SupersedeFact {
@@ -121,10 +132,10 @@ impl ClusterStore {
                 Change::InsertFact(fact) => {
                     let value = fingerprint(&fact.text);
                     if !lifted.contains(&value)
-                        && let Some(tombstone) = self.find_tombstone(scope, &value).await?
+                        && let Some(tombstone_id) = tombstoned.get(&value)
                     {
                         return Err(Error::Tombstoned {
-                            tombstone_id: tombstone.id,
+                            tombstone_id: tombstone_id.clone(),
                         });
                     }
                 }
@@ -262,5 +273,34 @@ impl ClusterStore {
         self.owned(scope, "facts", fact_id)
             .await?
             .ok_or(Error::NotFound { what: "fact" })
+    }
+}
+
+impl ClusterStore {
+    /// The unlifted tombstone of each value that has one, by value: the newest, as
+    /// `find_tombstone` reads it one value at a time.
+    async fn tombstones_of(&self, scope: &Scope, values: &[String]) -> Result<HashMap<String, String>> {
+        let mut found = HashMap::new();
+        if values.is_empty() {
+            return Ok(found);
+        }
+        let mut body = crate::query::listing(
+            scope,
+            vec![
+                json!({ "terms": { "fingerprint": values } }),
+                json!({ "bool": { "must_not": { "exists": { "field": "lifted_at" } } } }),
+            ],
+            "created_at",
+            values.len(),
+            None,
+        );
+        // One hit per value, however many tombstones a value has: none can crowd
+        // another value's out of the page.
+        body["collapse"] = json!({ "field": "fingerprint" });
+        for hit in self.scoped_search(scope, "tombstones", body).await? {
+            let tombstone = records::read_tombstone(&hit.source)?;
+            found.entry(tombstone.fingerprint).or_insert(tombstone.id);
+        }
+        Ok(found)
     }
 }

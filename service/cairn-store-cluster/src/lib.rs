@@ -1691,6 +1691,36 @@ impl MemoryStore for ClusterStore {
             .collect()
     }
 
+    /// One search: the newest pending or rejected review of each value (collapsed on
+    /// the fingerprint, so no value's reviews crowd another's out).
+    async fn held_or_rejected_values(
+        &self,
+        scope: &Scope,
+        fingerprints: &[String],
+    ) -> Result<HashMap<String, Review>> {
+        self.ready()?;
+        let mut found = HashMap::new();
+        if fingerprints.is_empty() {
+            return Ok(found);
+        }
+        let mut body = query::listing(
+            scope,
+            vec![
+                json!({ "terms": { "fingerprint": fingerprints } }),
+                json!({ "terms": { "status": ["pending", "rejected"] } }),
+            ],
+            "created_at",
+            fingerprints.len(),
+            None,
+        );
+        body["collapse"] = json!({ "field": "fingerprint" });
+        for hit in self.scoped_search(scope, "reviews", body).await? {
+            let review = records::read_review(&hit.source)?;
+            found.entry(review.fingerprint.clone()).or_insert(review);
+        }
+        Ok(found)
+    }
+
     async fn list_tombstones(&self, scope: &Scope) -> Result<Vec<Tombstone>> {
         self.ready()?;
         let body = query::listing(

@@ -3160,6 +3160,36 @@ pub async fn reviews_hold_a_change_until_one_reviewer_decides(store: Arc<dyn Mem
             .is_empty()
     );
 
+    // Several values read together: the newest pending or rejected review of each
+    // value that has one; a value without one and another scope's reviews are left out.
+    let open_values = |scope: Scope, texts: Vec<String>| {
+        let store = store.clone();
+        async move {
+            let values: Vec<String> = texts.iter().map(|text| fingerprint(text)).collect();
+            store
+                .held_or_rejected_values(&scope, &values)
+                .await
+                .expect("held or rejected values")
+        }
+    };
+    let held_now = open_values(
+        alice.clone(),
+        vec![lisbon.text.clone(), "the user owns a canoe".into()],
+    )
+    .await;
+    assert_eq!(held_now.len(), 1, "{held_now:?}");
+    assert_eq!(
+        held_now
+            .get(&fingerprint(&lisbon.text))
+            .map(|review| review.id.clone()),
+        Some(held.id.clone())
+    );
+    assert!(
+        open_values(bob.clone(), vec![lisbon.text.clone()])
+            .await
+            .is_empty()
+    );
+
     // Two reviewers approve at once: exactly one applies the change.
     let approve = |reviewer: &Scope| {
         ChangeSet::new(audit(reviewer, "review.approve"))
@@ -3225,6 +3255,12 @@ pub async fn reviews_hold_a_change_until_one_reviewer_decides(store: Arc<dyn Mem
             .is_empty()
     );
     assert_eq!(store.review_summary(&tenant).await.expect("summary").total(), 1);
+    assert!(
+        open_values(alice.clone(), vec![lisbon.text.clone()])
+            .await
+            .is_empty(),
+        "an approved value is neither held nor rejected"
+    );
 
     // A rejection retracts the pending fact; a second decision is refused.
     let kayak = Fact {
@@ -3263,6 +3299,18 @@ pub async fn reviews_hold_a_change_until_one_reviewer_decides(store: Arc<dyn Mem
         .expect("get")
         .expect("kept");
     assert_eq!(rejected.status, FactStatus::Retracted);
+    let refused = open_values(alice.clone(), vec![kayak.text.clone(), lisbon.text.clone()]).await;
+    assert_eq!(
+        refused
+            .iter()
+            .map(|(value, review)| (value.clone(), review.id.clone(), review.status))
+            .collect::<Vec<_>>(),
+        vec![(
+            fingerprint(&kayak.text),
+            kayak_review.id.clone(),
+            ReviewStatus::Rejected
+        )]
+    );
     // Another scope cannot decide on this scope's review.
     let foreign = store
         .commit(

@@ -55,6 +55,10 @@ pub struct ConsolidationSettings {
     pub max_assistant_context: usize,
     /// Batches a background run consolidates before the scope gives up its turn.
     pub max_batches_per_run: usize,
+    /// How long the job of an asynchronous ingest waits before it is due, so the
+    /// ingests of a burst are consolidated by one run (each run reads every episode
+    /// past the watermark and completes every queued job of its scope).
+    pub settle: Duration,
     /// LLM tokens (input and output) a tenant's consolidation may spend per UTC day;
     /// 0 for no limit.
     pub tenant_token_budget: u64,
@@ -76,6 +80,7 @@ impl Default for ConsolidationSettings {
             max_pending_jobs_per_scope: 8,
             max_assistant_context: 20,
             max_batches_per_run: 5,
+            settle: Duration::milliseconds(500),
             tenant_token_budget: 0,
         }
     }
@@ -258,6 +263,20 @@ struct Gated<'a> {
     candidate: &'a CandidateFact,
     vector: Option<&'a [f32]>,
     episodes: &'a HashMap<&'a str, &'a Episode>,
+    nearby: Nearby,
+}
+
+/// What the store holds near one candidate. Read for every candidate of a batch at
+/// once, before any is gated: nothing a batch plans is written before its commit, so
+/// each read finds what it would find at the candidate's turn.
+#[derive(Default)]
+struct Nearby {
+    /// The nearest current facts (its text and vector legs).
+    neighbours: HashMap<String, Fact>,
+    /// Facts of any status whose text matches, best first.
+    matching: Vec<Fact>,
+    /// The newest review of its value that is pending or was rejected.
+    review: Option<cairn_core::Review>,
 }
 
 impl Cairn {
@@ -269,6 +288,11 @@ impl Cairn {
     /// Resolves when an ingest wakes the worker.
     pub async fn consolidation_woken(&self) {
         self.consolidator.wake.notified().await;
+    }
+
+    /// How long an asynchronous ingest's job waits before it is due.
+    pub fn consolidation_settle(&self) -> std::time::Duration {
+        self.settings.consolidation.settle.to_std().unwrap_or_default()
     }
 
     /// Takes a due job (tenants take turns) and runs it. On failure the job is given
@@ -660,11 +684,17 @@ impl Cairn {
                     .collect(),
             )
             .await?;
-        for (candidate, vector) in candidates.into_iter().zip(vectors) {
+        let grounded: Vec<bool> = candidates
+            .iter()
+            .map(|candidate| gates::grounding(&candidate.text, &words).is_ok())
+            .collect();
+        let nearby = self.read_nearby(scope, &candidates, &vectors, &grounded).await?;
+        for ((candidate, vector), nearby) in candidates.into_iter().zip(vectors).zip(nearby) {
             let gated = Gated {
                 candidate: &candidate,
                 vector: vector.as_deref(),
                 episodes: &episodes_by_id,
+                nearby,
             };
             self.gate_candidate(scope, plan, working, retracted, &words, gated)
                 .await?;
@@ -734,6 +764,7 @@ impl Cairn {
             candidate,
             vector,
             episodes,
+            nearby,
         } = gated;
         let sources = || candidate.source_episode_ids.clone();
         // Gate 1: grounding.
@@ -800,8 +831,9 @@ impl Cairn {
 
         // Gate 3: dedup, without a model: a current value, a value held for review or
         // rejected by a reviewer, or a value already derived from the same episode.
-        self.add_neighbours(scope, working, &candidate.text, vector)
-            .await?;
+        for (id, fact) in nearby.neighbours {
+            working.facts.entry(id).or_insert(fact);
+        }
         let threshold = settings.duplicate_jaccard;
         let duplicate =
             if let Some(existing) = gates::near_duplicate(working.current(), &candidate.text, threshold) {
@@ -816,7 +848,7 @@ impl Cairn {
                     format!("near-identical to fact {}, pending review", held.id),
                     Vec::new(),
                 ))
-            } else if let Some(review) = self.reviewed_value(scope, &candidate.text).await? {
+            } else if let Some(review) = nearby.review {
                 let state = if review.status == ReviewStatus::Rejected {
                     "rejected"
                 } else {
@@ -831,7 +863,7 @@ impl Cairn {
                     vec![review.id.clone()],
                 ))
             } else {
-                self.derived_before(scope, candidate).await?.map(|previous| {
+                derived_before(&nearby.matching, candidate, threshold).map(|previous| {
                     (
                         previous.id.clone(),
                         format!(
@@ -1013,33 +1045,85 @@ impl Cairn {
         Ok(facts)
     }
 
-    /// Adds the store's nearest current facts of a candidate to the run's view (its
-    /// text and vector legs in one search).
-    async fn add_neighbours(
+    /// What the store holds near each candidate that passed the grounding gate (the
+    /// others get nothing: they are dropped before any of it is looked at), in one
+    /// `search_legs` call and one read of reviews.
+    async fn read_nearby(
         &self,
         scope: &Scope,
-        working: &mut WorkingSet,
-        text: &str,
-        vector: Option<&[f32]>,
-    ) -> Result<()> {
-        let limit = self.settings.consolidation.judge_shown;
-        // Facts held for review come too: dedup must see their values.
-        let filter = SearchFilter {
-            include_pending: true,
-            ..current_filter(limit)
-        };
-        let vectors: Vec<VectorQuery> = vector
-            .map(|vector| VectorQuery {
-                filter: filter.clone(),
-                vector: vector.to_vec(),
-            })
-            .into_iter()
+        candidates: &[CandidateFact],
+        vectors: &[Option<Vec<f32>>],
+        wanted: &[bool],
+    ) -> Result<Vec<Nearby>> {
+        let mut nearby: Vec<Nearby> = candidates.iter().map(|_| Nearby::default()).collect();
+        let chosen: Vec<usize> = (0..candidates.len())
+            .filter(|&index| wanted.get(index).copied().unwrap_or(false))
             .collect();
-        let texts = [TextQuery::new(filter, text.to_owned())];
-        for (id, fact) in self.facts_found(scope, &texts, &vectors).await? {
-            working.facts.entry(id).or_insert(fact);
+        if chosen.is_empty() {
+            return Ok(nearby);
         }
-        Ok(())
+        // Facts held for review come too: dedup must see their values.
+        let neighbours = SearchFilter {
+            include_pending: true,
+            ..current_filter(self.settings.consolidation.judge_shown)
+        };
+        let mut history = current_filter(10);
+        history.include_history = true;
+        let texts: Vec<TextQuery> = chosen
+            .iter()
+            .map(|&index| TextQuery::new(neighbours.clone(), candidates[index].text.clone()))
+            .chain(
+                chosen
+                    .iter()
+                    .map(|&index| TextQuery::new(history.clone(), candidates[index].text.clone())),
+            )
+            .collect();
+        let with_vector: Vec<(usize, VectorQuery)> = chosen
+            .iter()
+            .filter_map(|&index| {
+                let vector = vectors.get(index)?.as_ref()?;
+                Some((
+                    index,
+                    VectorQuery {
+                        filter: neighbours.clone(),
+                        vector: vector.clone(),
+                    },
+                ))
+            })
+            .collect();
+        let vector_queries: Vec<VectorQuery> = with_vector.iter().map(|(_, query)| query.clone()).collect();
+        let values: Vec<String> = chosen
+            .iter()
+            .map(|&index| fingerprint(&candidates[index].text))
+            .collect();
+        let ((text_legs, vector_legs), reviews) = futures_util::future::try_join(
+            self.store.search_legs(scope, &texts, &vector_queries),
+            self.store.held_or_rejected_values(scope, &values),
+        )
+        .await?;
+        for ((index, _), hits) in with_vector.iter().zip(vector_legs) {
+            collect_facts(&mut nearby[*index].neighbours, hits);
+        }
+        let mut text_legs = text_legs.into_iter();
+        for &index in &chosen {
+            collect_facts(
+                &mut nearby[index].neighbours,
+                text_legs.next().unwrap_or_default(),
+            );
+        }
+        for (&index, value) in chosen.iter().zip(&values) {
+            nearby[index].matching = text_legs
+                .next()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|hit| match hit.memory {
+                    cairn_core::Memory::Fact(fact) => Some(fact),
+                    _ => None,
+                })
+                .collect();
+            nearby[index].review = reviews.get(value).cloned();
+        }
+        Ok(nearby)
     }
 
     /// The active facts the legs find, by id, in one `search_legs` call (one `_msearch`
@@ -1057,30 +1141,21 @@ impl Cairn {
         }
         Ok(found)
     }
+}
 
-    /// A fact of any status already derived from one of the candidate's episodes with
-    /// near-identical text: re-reading old episodes must not bring back what was retired.
-    async fn derived_before(&self, scope: &Scope, candidate: &CandidateFact) -> Result<Option<Fact>> {
-        let mut filter = current_filter(10);
-        filter.include_history = true;
-        let query = TextQuery::new(filter, candidate.text.clone());
-        let threshold = self.settings.consolidation.duplicate_jaccard;
-        Ok(self
-            .store
-            .search_text(scope, &query)
-            .await?
-            .into_iter()
-            .filter_map(|hit| match hit.memory {
-                cairn_core::Memory::Fact(fact) => Some(fact),
-                _ => None,
-            })
-            .find(|fact| {
-                fact.source_episode_ids
-                    .iter()
-                    .any(|id| candidate.source_episode_ids.contains(id))
-                    && language::jaccard(&fact.text, &candidate.text) >= threshold
-            }))
-    }
+/// A fact of any status already derived from one of the candidate's episodes with
+/// near-identical text, among the facts whose text matches it: re-reading old episodes
+/// must not bring back what was retired.
+fn derived_before(matching: &[Fact], candidate: &CandidateFact, threshold: f64) -> Option<Fact> {
+    matching
+        .iter()
+        .find(|fact| {
+            fact.source_episode_ids
+                .iter()
+                .any(|id| candidate.source_episode_ids.contains(id))
+                && language::jaccard(&fact.text, &candidate.text) >= threshold
+        })
+        .cloned()
 }
 
 struct BatchInput {

@@ -1150,6 +1150,54 @@ async fn the_background_worker_consolidates_queued_ingests() {
     assert_eq!(status_of(&found, "Globex"), ["active"], "{found:#?}");
 }
 
+/// The jobs of asynchronous ingests come due after the settle window, and the ingests
+/// of a burst are consolidated by one run, which completes every one of their jobs.
+#[actix_web::test]
+async fn a_burst_of_ingests_is_consolidated_by_one_run() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let mut configured = config(&directory);
+    configured.consolidation_settle_ms = 1_500;
+    let state = web::Data::new(build_state(&configured).await.expect("state"));
+    let worker = spawn_consolidation_worker(state.clone());
+    let service = test::init_service(http::app(state)).await;
+    let owner = token("acme", ALL);
+    let places = ["Lisbon", "Kyoto", "Oslo"];
+    for said in loves(&places) {
+        ingest_said!(&service, &owner, "noa", [said], "async");
+    }
+    let queued = items!(&service, &owner, "/v1/users/noa/jobs");
+    assert_eq!(queued.len(), places.len(), "{queued:#?}");
+    for job in &queued {
+        let at = |field: &str| {
+            chrono::DateTime::parse_from_rfc3339(job[field].as_str().expect("a time")).expect("RFC 3339")
+        };
+        assert_eq!(
+            (at("run_after") - at("created_at")).num_milliseconds(),
+            1_500,
+            "due one settle window after the ingest: {job:#?}"
+        );
+    }
+    let mut found = Vec::new();
+    for _ in 0..200 {
+        found = facts!(&service, &owner, "noa");
+        if found.len() >= places.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.abort();
+    assert_eq!(found.len(), places.len(), "{found:#?}");
+    let runs: Vec<Value> = items!(&service, &owner, "/v1/users/noa/audit?limit=100")
+        .into_iter()
+        .filter(|event| event["action"] == "consolidation.run")
+        .collect();
+    assert_eq!(runs.len(), 1, "one run for the burst: {runs:#?}");
+    assert!(
+        items!(&service, &owner, "/v1/users/noa/jobs").is_empty(),
+        "the run completed every job of the burst"
+    );
+}
+
 #[actix_web::test]
 async fn a_failed_job_is_retried_by_the_worker_with_backoff() {
     let script = Arc::new(Mutex::new(Script {
