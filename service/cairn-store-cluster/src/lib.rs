@@ -1427,8 +1427,9 @@ impl MemoryStore for ClusterStore {
                 ))
             })
             .collect();
+        let form = query::KnnForm::of(self.engine, &self.version());
         searches.extend(vectors.iter().map(|query| {
-            let body = query::vector_search(self.engine, scope, &query.filter, &query.vector);
+            let body = query::vector_search(form, scope, &query.filter, &query.vector);
             (tier_index(query.filter.tier), body)
         }));
         let mut answers = self.scoped_searches(scope, searches).await?.into_iter();

@@ -185,13 +185,42 @@ pub fn last_of_session(scope: &Scope, session_id: &str) -> Value {
     body
 }
 
+/// How a kNN search is written for the cluster at hand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KnnForm {
+    /// OpenSearch's `knn` query.
+    OpenSearch,
+    /// Elasticsearch's `knn` query (8.12 and later): it runs in the query phase, so a
+    /// search makes no separate DFS round before it.
+    ElasticsearchQuery,
+    /// Elasticsearch's top-level `knn` section, for nodes before 8.12.
+    ElasticsearchSection,
+}
+
+impl KnnForm {
+    /// The form for `engine` at `version` (`major.minor.patch`); an unreadable
+    /// Elasticsearch version gets the top-level section, which every 8.x and 9.x node reads.
+    pub fn of(engine: Engine, version: &str) -> KnnForm {
+        match engine {
+            Engine::OpenSearch => KnnForm::OpenSearch,
+            Engine::Elasticsearch => {
+                let mut parts = version.split('.').map(|part| part.parse::<u32>().ok());
+                match (parts.next().flatten(), parts.next().flatten()) {
+                    (Some(major), Some(minor)) if (major, minor) >= (8, 12) => KnnForm::ElasticsearchQuery,
+                    _ => KnnForm::ElasticsearchSection,
+                }
+            }
+        }
+    }
+}
+
 /// kNN on `embedding`, with the scope and currency filter inside the kNN clause
 /// (OpenSearch `knn.embedding.filter`, Elasticsearch `knn.filter`), so the cluster
 /// pre-filters before ranking. Scores come back as `(1 + cosine) / 2` on both engines.
-pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vector: &[f32]) -> Value {
+pub fn vector_search(form: KnnForm, scope: &Scope, filter: &SearchFilter, vector: &[f32]) -> Value {
     let restrict = json!({ "bool": { "filter": restrictions(scope, filter) } });
-    let mut body = match engine {
-        Engine::OpenSearch => json!({
+    let mut body = match form {
+        KnnForm::OpenSearch => json!({
             "size": filter.limit,
             "query": { "knn": { "embedding": {
                 "vector": vector,
@@ -199,7 +228,16 @@ pub fn vector_search(engine: Engine, scope: &Scope, filter: &SearchFilter, vecto
                 "filter": restrict
             } } }
         }),
-        Engine::Elasticsearch => json!({
+        KnnForm::ElasticsearchQuery => json!({
+            "size": filter.limit,
+            "query": { "knn": {
+                "field": "embedding",
+                "query_vector": vector,
+                "num_candidates": (filter.limit * 10).max(100),
+                "filter": restrict
+            } }
+        }),
+        KnnForm::ElasticsearchSection => json!({
             "size": filter.limit,
             "knn": {
                 "field": "embedding",

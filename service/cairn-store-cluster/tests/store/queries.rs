@@ -3,6 +3,7 @@
 
 use cairn_core::bm25;
 use cairn_core::{FactStatus, FactType, SearchFilter, TextQuery, Tier};
+use cairn_store_cluster::query::KnnForm;
 use cairn_store_cluster::{Engine, mappings, query};
 use chrono::{DateTime, Utc};
 
@@ -166,18 +167,40 @@ fn text_analysis_falls_back_to_the_standard_analyzer_on_a_bare_node() {
 #[test]
 fn knn_queries_filter_inside_the_knn_clause() {
     let scope = cairn_store_tests::scope("acme", "alice");
-    for engine in [Engine::OpenSearch, Engine::Elasticsearch] {
-        let body = query::vector_search(engine, &scope, &filter(Tier::Semantic), &[0.6, 0.8, 0.0]);
-        insta::assert_json_snapshot!(format!("knn_{}", engine.as_str()), sorted(&body));
-        let inner = match engine {
-            Engine::OpenSearch => &body["query"]["knn"]["embedding"]["filter"],
-            Engine::Elasticsearch => &body["knn"]["filter"],
+    for (form, name) in [
+        (KnnForm::OpenSearch, "opensearch"),
+        (KnnForm::ElasticsearchQuery, "elasticsearch"),
+        (KnnForm::ElasticsearchSection, "elasticsearch_before_8_12"),
+    ] {
+        let body = query::vector_search(form, &scope, &filter(Tier::Semantic), &[0.6, 0.8, 0.0]);
+        insta::assert_json_snapshot!(format!("knn_{name}"), sorted(&body));
+        let inner = match form {
+            KnnForm::OpenSearch => &body["query"]["knn"]["embedding"]["filter"],
+            KnnForm::ElasticsearchQuery => &body["query"]["knn"]["filter"],
+            KnnForm::ElasticsearchSection => &body["knn"]["filter"],
         };
         let text = inner.to_string();
         assert!(
             text.contains("\"tenant\":\"acme\"") && text.contains("\"user\":\"alice\""),
             "{text}"
         );
+    }
+}
+
+#[test]
+fn elasticsearch_uses_the_knn_query_from_8_12_on() {
+    let cases = [
+        (Engine::OpenSearch, "2.19.1", KnnForm::OpenSearch),
+        (Engine::OpenSearch, "3.0.0", KnnForm::OpenSearch),
+        (Engine::Elasticsearch, "8.11.4", KnnForm::ElasticsearchSection),
+        (Engine::Elasticsearch, "8.12.0", KnnForm::ElasticsearchQuery),
+        (Engine::Elasticsearch, "8.19.0", KnnForm::ElasticsearchQuery),
+        (Engine::Elasticsearch, "9.2.0", KnnForm::ElasticsearchQuery),
+        (Engine::Elasticsearch, "", KnnForm::ElasticsearchSection),
+        (Engine::Elasticsearch, "unknown", KnnForm::ElasticsearchSection),
+    ];
+    for (engine, version, form) in cases {
+        assert_eq!(KnnForm::of(engine, version), form, "{engine:?} {version}");
     }
 }
 
