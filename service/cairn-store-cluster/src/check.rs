@@ -274,9 +274,7 @@ impl ClusterStore {
             .await?
             .ok_or(Error::NotFound { what: "fact" })
     }
-}
 
-impl ClusterStore {
     /// The unlifted tombstone of each value that has one, by value: the newest, as
     /// `find_tombstone` reads it one value at a time.
     async fn tombstones_of(&self, scope: &Scope, values: &[String]) -> Result<HashMap<String, String>> {
@@ -284,19 +282,8 @@ impl ClusterStore {
         if values.is_empty() {
             return Ok(found);
         }
-        let mut body = crate::query::listing(
-            scope,
-            vec![
-                json!({ "terms": { "fingerprint": values } }),
-                json!({ "bool": { "must_not": { "exists": { "field": "lifted_at" } } } }),
-            ],
-            "created_at",
-            values.len(),
-            None,
-        );
-        // One hit per value, however many tombstones a value has: none can crowd
-        // another value's out of the page.
-        body["collapse"] = json!({ "field": "fingerprint" });
+        let unlifted = json!({ "bool": { "must_not": { "exists": { "field": "lifted_at" } } } });
+        let body = crate::query::newest_per_value(scope, values, unlifted);
         for hit in self.scoped_search(scope, "tombstones", body).await? {
             let tombstone = records::read_tombstone(&hit.source)?;
             found.entry(tombstone.fingerprint).or_insert(tombstone.id);

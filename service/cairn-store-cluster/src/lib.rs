@@ -1692,8 +1692,8 @@ impl MemoryStore for ClusterStore {
             .collect()
     }
 
-    /// One search: the newest pending or rejected review of each value (collapsed on
-    /// the fingerprint, so no value's reviews crowd another's out).
+    /// One search: the newest pending or rejected review of each value
+    /// ([`query::newest_per_value`]).
     async fn held_or_rejected_values(
         &self,
         scope: &Scope,
@@ -1704,17 +1704,8 @@ impl MemoryStore for ClusterStore {
         if fingerprints.is_empty() {
             return Ok(found);
         }
-        let mut body = query::listing(
-            scope,
-            vec![
-                json!({ "terms": { "fingerprint": fingerprints } }),
-                json!({ "terms": { "status": ["pending", "rejected"] } }),
-            ],
-            "created_at",
-            fingerprints.len(),
-            None,
-        );
-        body["collapse"] = json!({ "field": "fingerprint" });
+        let open = json!({ "terms": { "status": ["pending", "rejected"] } });
+        let body = query::newest_per_value(scope, fingerprints, open);
         for hit in self.scoped_search(scope, "reviews", body).await? {
             let review = records::read_review(&hit.source)?;
             found.entry(review.fingerprint.clone()).or_insert(review);

@@ -280,6 +280,21 @@ pub fn listing(
     body
 }
 
+/// The newest document of the scope (by `created_at`, then id) for each of `values` of
+/// its `fingerprint` that has one matching `extra`: collapsed on the fingerprint, so no
+/// value's documents crowd another's out of the page.
+pub fn newest_per_value(scope: &Scope, values: &[String], extra: Value) -> Value {
+    let mut body = listing(
+        scope,
+        vec![json!({ "terms": { "fingerprint": values } }), extra],
+        "created_at",
+        values.len(),
+        None,
+    );
+    body["collapse"] = json!({ "field": "fingerprint" });
+    body
+}
+
 /// Jobs of every scope that are due at `now` and not leased, oldest first: the one
 /// query without a scope filter, because the job queue hands out work across scopes
 /// (each job then restores the scope it was enqueued in).

@@ -263,6 +263,8 @@ struct Gated<'a> {
     candidate: &'a CandidateFact,
     vector: Option<&'a [f32]>,
     episodes: &'a HashMap<&'a str, &'a Episode>,
+    /// Gate 1's verdict (`gates::grounding`), judged once for the batch's reads.
+    grounded: std::result::Result<(), String>,
     nearby: Nearby,
 }
 
@@ -684,19 +686,23 @@ impl Cairn {
                     .collect(),
             )
             .await?;
-        let grounded: Vec<bool> = candidates
+        let grounded: Vec<std::result::Result<(), String>> = candidates
             .iter()
-            .map(|candidate| gates::grounding(&candidate.text, &words).is_ok())
+            .map(|candidate| gates::grounding(&candidate.text, &words))
             .collect();
-        let nearby = self.read_nearby(scope, &candidates, &vectors, &grounded).await?;
-        for ((candidate, vector), nearby) in candidates.into_iter().zip(vectors).zip(nearby) {
+        let wanted: Vec<bool> = grounded.iter().map(std::result::Result::is_ok).collect();
+        let nearby = self.read_nearby(scope, &candidates, &vectors, &wanted).await?;
+        for (((candidate, vector), grounded), nearby) in
+            candidates.into_iter().zip(vectors).zip(grounded).zip(nearby)
+        {
             let gated = Gated {
                 candidate: &candidate,
                 vector: vector.as_deref(),
                 episodes: &episodes_by_id,
+                grounded,
                 nearby,
             };
-            self.gate_candidate(scope, plan, working, retracted, &words, gated)
+            self.gate_candidate(scope, plan, working, retracted, gated)
                 .await?;
         }
 
@@ -756,7 +762,6 @@ impl Cairn {
         plan: &mut Plan,
         working: &mut WorkingSet,
         retracted: &[gates::Retracted],
-        words: &gates::Vocabulary,
         gated: Gated<'_>,
     ) -> Result<()> {
         let settings = &self.settings.consolidation;
@@ -764,11 +769,12 @@ impl Cairn {
             candidate,
             vector,
             episodes,
+            grounded,
             nearby,
         } = gated;
         let sources = || candidate.source_episode_ids.clone();
         // Gate 1: grounding.
-        if let Err(reason) = gates::grounding(&candidate.text, words) {
+        if let Err(reason) = grounded {
             plan.decide(DecisionKind::DroppedUngrounded, reason, None, sources());
             return Ok(());
         }
@@ -1078,7 +1084,7 @@ impl Cairn {
                     .map(|&index| TextQuery::new(history.clone(), candidates[index].text.clone())),
             )
             .collect();
-        let with_vector: Vec<(usize, VectorQuery)> = chosen
+        let (with_vector, vector_queries): (Vec<usize>, Vec<VectorQuery>) = chosen
             .iter()
             .filter_map(|&index| {
                 let vector = vectors.get(index)?.as_ref()?;
@@ -1090,8 +1096,7 @@ impl Cairn {
                     },
                 ))
             })
-            .collect();
-        let vector_queries: Vec<VectorQuery> = with_vector.iter().map(|(_, query)| query.clone()).collect();
+            .unzip();
         let values: Vec<String> = chosen
             .iter()
             .map(|&index| fingerprint(&candidates[index].text))
@@ -1101,8 +1106,8 @@ impl Cairn {
             self.store.held_or_rejected_values(scope, &values),
         )
         .await?;
-        for ((index, _), hits) in with_vector.iter().zip(vector_legs) {
-            collect_facts(&mut nearby[*index].neighbours, hits);
+        for (index, hits) in with_vector.into_iter().zip(vector_legs) {
+            collect_facts(&mut nearby[index].neighbours, hits);
         }
         let mut text_legs = text_legs.into_iter();
         for &index in &chosen {

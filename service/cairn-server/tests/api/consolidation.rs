@@ -284,14 +284,19 @@ macro_rules! decisions {
     };
 }
 
-/// The user's facts once the background worker has written some (polls for up to 30 s:
-/// the worker's retries back off, and tests run side by side on few cores).
+/// The user's facts once the background worker has written some, or as many as asked
+/// (by default polls for up to 30 s: the worker's retries back off, and tests run side
+/// by side on few cores).
 macro_rules! facts_eventually {
-    ($service:expr, $bearer:expr, $user:expr) => {{
+    ($service:expr, $bearer:expr, $user:expr) => {
+        facts_eventually!($service, $bearer, $user, 1, 600)
+    };
+    // Polls every 50 ms, at most `$polls` times, until `$at_least` facts are there.
+    ($service:expr, $bearer:expr, $user:expr, $at_least:expr, $polls:expr) => {{
         let mut found = Vec::new();
-        for _ in 0..600 {
+        for _ in 0..$polls {
             found = facts!($service, $bearer, $user);
-            if !found.is_empty() {
+            if found.len() >= $at_least {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1093,14 +1098,7 @@ async fn a_long_backlog_is_consolidated_in_turns() {
     ];
     ingest_said!(&service, &owner, "kim", loves(&places), "async");
     let worker = spawn_consolidation_worker(state);
-    let mut found = Vec::new();
-    for _ in 0..200 {
-        found = facts!(&service, &owner, "kim");
-        if found.len() >= places.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let found = facts_eventually!(&service, &owner, "kim", places.len(), 200);
     worker.abort();
     assert_eq!(
         found.len(),
@@ -1177,14 +1175,7 @@ async fn a_burst_of_ingests_is_consolidated_by_one_run() {
             "due one settle window after the ingest: {job:#?}"
         );
     }
-    let mut found = Vec::new();
-    for _ in 0..200 {
-        found = facts!(&service, &owner, "noa");
-        if found.len() >= places.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let found = facts_eventually!(&service, &owner, "noa", places.len(), 200);
     worker.abort();
     assert_eq!(found.len(), places.len(), "{found:#?}");
     let runs: Vec<Value> = items!(&service, &owner, "/v1/users/noa/audit?limit=100")
