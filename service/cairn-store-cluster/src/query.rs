@@ -214,17 +214,29 @@ impl KnnForm {
     }
 }
 
+/// How many candidates a kNN leg gathers from each segment's graph before it keeps its
+/// `limit` best (Elasticsearch's `num_candidates`; OpenSearch's Lucene engine takes its
+/// `k` as the breadth of the graph search too, so `k` is this and `size` the limit).
+/// HNSW with a breadth of only the limit misses true neighbours: at 10k facts in a scope
+/// a 20-hit leg found 81% of the exact top 20 with a breadth of 20, 95% with 100 (the
+/// embedded store rescores exactly and misses almost none).
+pub fn knn_candidates(limit: usize) -> usize {
+    (limit * 5).clamp(100, 10_000)
+}
+
 /// kNN on `embedding`, with the scope and currency filter inside the kNN clause
 /// (OpenSearch `knn.embedding.filter`, Elasticsearch `knn.filter`), so the cluster
 /// pre-filters before ranking. Scores come back as `(1 + cosine) / 2` on both engines.
+/// Each segment's graph is searched [`knn_candidates`] wide.
 pub fn vector_search(form: KnnForm, scope: &Scope, filter: &SearchFilter, vector: &[f32]) -> Value {
     let restrict = json!({ "bool": { "filter": restrictions(scope, filter) } });
+    let candidates = knn_candidates(filter.limit);
     let mut body = match form {
         KnnForm::OpenSearch => json!({
             "size": filter.limit,
             "query": { "knn": { "embedding": {
                 "vector": vector,
-                "k": filter.limit,
+                "k": candidates,
                 "filter": restrict
             } } }
         }),
@@ -233,7 +245,7 @@ pub fn vector_search(form: KnnForm, scope: &Scope, filter: &SearchFilter, vector
             "query": { "knn": {
                 "field": "embedding",
                 "query_vector": vector,
-                "num_candidates": (filter.limit * 10).max(100),
+                "num_candidates": candidates,
                 "filter": restrict
             } }
         }),
@@ -243,7 +255,7 @@ pub fn vector_search(form: KnnForm, scope: &Scope, filter: &SearchFilter, vector
                 "field": "embedding",
                 "query_vector": vector,
                 "k": filter.limit,
-                "num_candidates": (filter.limit * 10).max(100),
+                "num_candidates": candidates,
                 "filter": restrict
             }
         }),
