@@ -169,3 +169,34 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// Waits until the search cluster at `url` runs no segment merge (two polls in a row,
+/// a minute at most) and answers how long that took. A bulk load leaves the node
+/// merging its new segments, kNN graphs included, for seconds afterwards; recall is
+/// timed once with that going on and once after it.
+pub async fn merges_settled(url: &str) -> Duration {
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    let mut quiet = 0;
+    while quiet < 2 && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let merging = async {
+            let answer: serde_json::Value = client
+                .get(format!("{}/_stats/merge", url.trim_end_matches('/')))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            answer["_all"]["total"]["merges"]["current"].as_u64()
+        };
+        // A node that cannot say (no index, no answer) is not waited for.
+        quiet = if merging.await.unwrap_or(0) == 0 {
+            quiet + 1
+        } else {
+            0
+        };
+    }
+    started.elapsed()
+}
