@@ -135,7 +135,7 @@ fn main() {
             if let Some(url) = &opensearch {
                 let latencies = timed_recalls(&cairn, &measured, &mut sequence).await;
                 println!(
-                    "recall k=10, {legs} legs, {size} facts, right after loading them (the node merging): \
+                    "recall k=10, {legs} legs, {size} facts, right after loading them: \
                      p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
                     percentile(&latencies, 0.50),
                     percentile(&latencies, 0.95),

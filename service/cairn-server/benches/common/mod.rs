@@ -171,9 +171,10 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Waits until the search cluster at `url` runs no segment merge (two polls in a row,
-/// a minute at most) and answers how long that took. A bulk load leaves the node
-/// merging its new segments, kNN graphs included, for seconds afterwards; recall is
-/// timed once with that going on and once after it.
+/// a minute at most) and answers how long that took. A bulk load can leave the node
+/// merging its new segments, kNN graphs included, for seconds afterwards; the recall
+/// benchmark times recall right after the load and again after this wait (the first
+/// round also meets every cold cache: the scope's term counts, the node's pages).
 pub async fn merges_settled(url: &str) -> Duration {
     let client = reqwest::Client::new();
     let started = std::time::Instant::now();
