@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import REPO, cluster_url, wait_for
+from conftest import REPO, cluster_url, delete_indices, wait_for
 from pki import make_pki
 
 SECURED_PORTS = {
@@ -85,6 +85,7 @@ def start(make_server, tmp_path, engine, url, settings):
     prefix = f"cairn-sec-{os.urandom(6).hex()}"
     env = {"CAIRN_BACKEND": engine, "CAIRN_CLUSTER_URL": url, "CAIRN_INDEX_PREFIX": prefix, **settings}
     server = make_server(tmp_path / prefix, env).start()
+    server.prefix = prefix
     return server, server.mint("acme")
 
 
@@ -245,18 +246,21 @@ def test_api_keys_and_bearer_tokens_through_a_stand_in(make_server, tmp_path, pk
     bearer = "dGhpcyBpcyBub3QgYSByZWFsIHRva2VuIGJ1dCBpdCBpcyBjb29s"
     stand_in = StandIn(pki, upstream, accepted={f"ApiKey {api_key}", f"Bearer {bearer}"},
                        expired={f"ApiKey {expired}"})
+    prefixes = []
     try:
         ca = {"CAIRN_CLUSTER_CA_CERT": str(pki / "ca.pem")}
         key_file = tmp_path / "api-key"
         key_file.write_text(api_key + "\n")
         server, token = start(make_server, tmp_path, "elasticsearch", stand_in.url,
                               {"CAIRN_CLUSTER_API_KEY_FILE": str(key_file), **ca})
+        prefixes.append(server.prefix)
         works(server, token)
         server.stop()
         assert f"ApiKey {api_key}" in stand_in.seen and all(seen == f"ApiKey {api_key}" for seen in stand_in.seen)
 
         stale, stale_token = start(make_server, tmp_path, "elasticsearch", stand_in.url,
                                    {"CAIRN_CLUSTER_API_KEY": expired, **ca})
+        prefixes.append(stale.prefix)
         body = refused(stale, stale_token, "api key is expired", [expired])
         assert "API key" in body, body
         stale.stop()
@@ -264,10 +268,14 @@ def test_api_keys_and_bearer_tokens_through_a_stand_in(make_server, tmp_path, pk
         stand_in.seen.clear()
         server, token = start(make_server, tmp_path, "elasticsearch", stand_in.url,
                               {"CAIRN_CLUSTER_BEARER_TOKEN": bearer, **ca})
+        prefixes.append(server.prefix)
         works(server, token)
         assert stand_in.seen and all(seen == f"Bearer {bearer}" for seen in stand_in.seen)
     finally:
         stand_in.close()
+        # The stand-in forwards to the shared test node: leave nothing behind there.
+        for prefix in prefixes:
+            delete_indices(upstream, prefix)
 
 
 def test_opensearch_security_plugin_basic_auth_and_tls(make_server, tmp_path, pki, secured_opensearch):
