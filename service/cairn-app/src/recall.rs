@@ -365,10 +365,12 @@ impl Cairn {
         if let Some(entity) = &entity {
             fused.retain(|(memory, _)| crate::entities::mentions_any(&memory_text(memory), &entity.aliases));
         }
-        // Use counts weigh in the priors only when their weight is set; otherwise only
-        // the hits answered get them, below.
-        let counted_early = self.settings.priors.usage_weight != 0.0;
-        if counted_early {
+        // Use counts weigh in the priors only when their weight is set, and only then
+        // are they read: no answer shows a hit's count (REST, MCP, profiles and
+        // answers say what a memory holds, not how often it was used), and on a store
+        // that counts apart from its records, as a cluster does, the read is one more
+        // request after the searches.
+        if self.settings.priors.usage_weight != 0.0 {
             let mut memories: Vec<&mut Memory> = fused.iter_mut().map(|(memory, _)| memory).collect();
             self.store.apply_usage(scope, &mut memories).await?;
         }
@@ -413,10 +415,6 @@ impl Cairn {
             if let Memory::Fact(fact) = &mut hit.memory {
                 fact.embedding = None;
             }
-        }
-        if !counted_early {
-            let mut memories: Vec<&mut Memory> = hits.iter_mut().map(|hit| &mut hit.memory).collect();
-            self.store.apply_usage(scope, &mut memories).await?;
         }
         if !request.explain {
             for hit in &mut hits {

@@ -2141,3 +2141,114 @@ async fn a_local_cross_encoder_rescores_hits() {
         "hits are ordered by the reranker: {scores:?}"
     );
 }
+
+/// The test cluster's URL from `variable`, when one is set.
+#[allow(clippy::disallowed_methods)]
+fn test_cluster(variable: &str) -> Option<String> {
+    std::env::var(variable).ok().filter(|url| !url.is_empty())
+}
+
+/// On a search cluster, where use counts live apart from the records, recall reads them
+/// when the usage prior weighs them (and only then: no answer shows a count): a fact
+/// that was used, a text hit and one found by meaning alone, gets the prior's boost.
+#[actix_web::test]
+async fn a_recall_on_a_cluster_weighs_use_counts_when_asked_to() {
+    use cairn_server::config::Backend;
+    for (variable, backend) in [
+        ("CAIRN_TEST_OPENSEARCH_URL", Backend::Opensearch),
+        ("CAIRN_TEST_ELASTICSEARCH_URL", Backend::Elasticsearch),
+    ] {
+        let Some(url) = test_cluster(variable) else {
+            eprintln!("skipped on {backend:?}: {variable} is not set");
+            continue;
+        };
+        let prefix = format!("cairn-api-{}", uuid::Uuid::now_v7().simple());
+        let harness = harness_with(|config| {
+            config.backend = backend;
+            config.cluster_url = Some(url.clone());
+            config.index_prefix = prefix.clone();
+            config.usage_weight = 1.0;
+        })
+        .await;
+        let service = &harness.service;
+        // The store bootstraps its indices in the background; /readyz says when.
+        let mut ready = false;
+        for _ in 0..120 {
+            let (status, _, _) = call(service, Method::GET, "/readyz", None, None).await;
+            ready = status == StatusCode::OK;
+            if ready {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        assert!(ready, "{backend:?}: the service became ready");
+        let owner = token("acme", ALL);
+        let mut ids = Vec::new();
+        for text in [
+            "The user prefers green tea in the morning",
+            "The user's favourite drink is matcha",
+        ] {
+            let (status, written) = write(service, &owner, "u1", json!({ "text": text })).await;
+            assert_eq!(status, StatusCode::CREATED, "{written}");
+            ids.push(written["fact"]["id"].as_str().expect("id").to_owned());
+        }
+        let ask = json!({ "query": "beverage preferences", "tiers": ["semantic"], "explain": true });
+        let recall = || {
+            call(
+                service,
+                Method::POST,
+                "/v1/users/u1/recall",
+                Some(&owner),
+                Some(ask.clone()),
+            )
+        };
+        let hit_of = |answer: &Value, id: &str| {
+            answer["hits"]
+                .as_array()
+                .and_then(|hits| hits.iter().find(|hit| hit["id"] == id).cloned())
+                .unwrap_or(Value::Null)
+        };
+        let (_, first, _) = recall().await;
+        // The matcha fact shares no word with the question: only the vector leg finds it.
+        let by_meaning = hit_of(&first, &ids[1]);
+        assert!(
+            by_meaning["explain"]["bm25_rank"].is_null() && !by_meaning["explain"]["knn_rank"].is_null(),
+            "{backend:?}: found by meaning alone: {first}"
+        );
+        assert!(
+            !hit_of(&first, &ids[0])["explain"]["bm25_rank"].is_null(),
+            "{backend:?}: found by its words: {first}"
+        );
+        for id in &ids {
+            assert_eq!(
+                hit_of(&first, id)["explain"]["prior"],
+                1.0,
+                "{backend:?}: not used yet: {first}"
+            );
+        }
+        harness.state.cairn.flush_usage().await.expect("flush");
+        // Counts are read as of the usage index's last refresh (each second).
+        let mut boosted = Value::Null;
+        for _ in 0..40 {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            let (_, answer, _) = recall().await;
+            let done = ids
+                .iter()
+                .all(|id| hit_of(&answer, id)["explain"]["prior"].as_f64().unwrap_or(0.0) > 1.0);
+            boosted = answer;
+            if done {
+                break;
+            }
+        }
+        for id in &ids {
+            assert!(
+                hit_of(&boosted, id)["explain"]["prior"].as_f64().unwrap_or(0.0) > 1.0,
+                "{backend:?}: {id} was used, so weighs more: {boosted}"
+            );
+        }
+        let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
+            .await
+            .expect("the test cluster answers");
+        store.delete_indices().await.expect("clean up");
+    }
+}

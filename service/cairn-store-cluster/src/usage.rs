@@ -6,8 +6,9 @@
 //!
 //! A record's count is its usage document's when there is one, else the count stored
 //! in the record (records counted before this index, and imported ones). Reads of
-//! records by id and listings apply the usage documents; recall applies them to the
-//! hits it answers (`MemoryStore::apply_usage`). Erasure deletes them with the scope,
+//! records by id and listings apply the usage documents; recall applies them to its
+//! candidates when the usage prior weighs them (`MemoryStore::apply_usage`; no answer
+//! shows a hit's count, so otherwise it reads none). Erasure deletes them with the scope,
 //! forgetting a fact deletes its own.
 
 use crate::{ClusterStore, bulk_results, docs, query, records};
@@ -74,9 +75,10 @@ impl Counted for &mut Memory {
 
 impl ClusterStore {
     /// Gives `records` the counts of their usage documents. Reads by id and listings
-    /// read them realtime; recall, which reads counts with every answer, reads them as
-    /// of the last refresh (at most the refresh interval behind), because a realtime
-    /// read of a document written since makes the node refresh the index first.
+    /// read them realtime; recall, which reads counts on every request when the usage
+    /// prior weighs them, reads them as of the last refresh (at most the refresh
+    /// interval behind), because a realtime read of a document written since makes the
+    /// node refresh the index first.
     pub(crate) async fn apply_counts<T: Counted>(
         &self,
         scope: &Scope,
