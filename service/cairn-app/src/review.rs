@@ -575,12 +575,12 @@ impl Cairn {
     /// A review of the scope, pending or rejected, whose value is `text`'s: consolidation
     /// does not propose a held or rejected value again.
     pub(crate) async fn reviewed_value(&self, scope: &Scope, text: &str) -> Result<Option<Review>> {
-        Ok(self
+        let value = fingerprint(text);
+        let mut found = self
             .store
-            .find_reviews_by_fingerprint(scope, &fingerprint(text))
-            .await?
-            .into_iter()
-            .find(|review| matches!(review.status, ReviewStatus::Pending | ReviewStatus::Rejected)))
+            .held_or_rejected_values(scope, std::slice::from_ref(&value))
+            .await?;
+        Ok(found.remove(&value))
     }
 }
 

@@ -22,7 +22,7 @@ const ALTERNATIONS: usize = 100;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{OBJECTS, SUBJECTS, Sequence, load, peak_rss_mib, percentile, scope};
+use common::{Sequence, load, peak_rss_mib, percentile, scope};
 
 fn main() {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
@@ -191,11 +191,7 @@ fn main() {
 async fn timed_recalls(cairn: &Cairn, scope: &cairn_core::Scope, sequence: &mut Sequence) -> Vec<Duration> {
     let mut latencies = Vec::with_capacity(QUERIES);
     for warm in 0..QUERIES + 20 {
-        let query = format!(
-            "what does the {} think about {}",
-            SUBJECTS[sequence.next(SUBJECTS.len())],
-            OBJECTS[sequence.next(OBJECTS.len())]
-        );
+        let query = sequence.question();
         let mut request = RecallRequest::new(query);
         request.k = Some(10);
         request.tiers = vec![Tier::Semantic];

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{OBJECTS, SUBJECTS, Sequence, load, percentile, scope, scope_of};
+use common::{Sequence, load, percentile, scope, scope_of};
 
 const SECRET: &str = "rest-benchmark-secret-0123456789abcdef";
 const TENANT: &str = "bench-tenant";
@@ -278,11 +278,7 @@ async fn measure(
 ) -> Figures {
     let mut latencies = Vec::with_capacity(QUERIES);
     for round in 0..QUERIES + 20 {
-        let query = format!(
-            "what does the {} think about {}",
-            SUBJECTS[sequence.next(SUBJECTS.len())],
-            OBJECTS[sequence.next(OBJECTS.len())]
-        );
+        let query = sequence.question();
         let started = Instant::now();
         let answer = post(
             client,

@@ -55,12 +55,17 @@ fn url(variable: &str) -> Option<String> {
 /// A store on a fresh prefix, not bootstrapped yet, with the cluster's URL; its indices
 /// are deleted when the guard drops. `None` (the test is skipped) without a cluster.
 async fn unprepared(variable: &str) -> Option<(String, ClusterStore, Indices)> {
+    unprepared_with(variable, 3).await
+}
+
+/// [`unprepared`] with vectors of `dimension`.
+async fn unprepared_with(variable: &str, dimension: usize) -> Option<(String, ClusterStore, Indices)> {
     let Some(url) = url(variable) else {
         eprintln!("skipped: {variable} is not set");
         return None;
     };
     let prefix = format!("cairn-test-{}", uuid::Uuid::now_v7().simple());
-    let store = ClusterStore::connect(&url, &prefix, 3)
+    let store = ClusterStore::connect(&url, &prefix, dimension)
         .await
         .expect("the test cluster answers");
     let indices = Indices::of(&url, &store);
@@ -68,7 +73,12 @@ async fn unprepared(variable: &str) -> Option<(String, ClusterStore, Indices)> {
 }
 
 async fn fresh(variable: &str) -> Option<(ClusterStore, Indices)> {
-    let (_, store, indices) = unprepared(variable).await?;
+    fresh_with(variable, 3).await
+}
+
+/// [`fresh`] with vectors of `dimension`.
+async fn fresh_with(variable: &str, dimension: usize) -> Option<(ClusterStore, Indices)> {
+    let (_, store, indices) = unprepared_with(variable, dimension).await?;
     store.bootstrap().await.expect("bootstrap");
     Some((store, indices))
 }

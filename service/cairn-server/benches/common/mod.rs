@@ -59,6 +59,15 @@ impl Sequence {
         (self.0 % bound as u64) as usize
     }
 
+    /// A question about one of the sentences' subjects and objects.
+    pub fn question(&mut self) -> String {
+        format!(
+            "what does the {} think about {}",
+            SUBJECTS[self.next(SUBJECTS.len())],
+            OBJECTS[self.next(OBJECTS.len())]
+        )
+    }
+
     pub fn sentence(&mut self, index: usize) -> String {
         format!(
             "The user's {} {} {} (note {index})",

@@ -1115,15 +1115,9 @@ async fn the_vector_leg_finds_the_exact_neighbours_of_a_large_scope() {
     const DIMENSION: usize = 96;
     const LIMIT: usize = 20;
     for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
-        let Some(url) = super::url(variable) else {
+        let Some((store, _cleanup)) = super::fresh_with(variable, DIMENSION).await else {
             continue;
         };
-        let prefix = format!("cairn-test-{}", uuid::Uuid::now_v7().simple());
-        let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, DIMENSION)
-            .await
-            .expect("the test cluster answers");
-        let _cleanup = super::Indices::of(&url, &store);
-        store.bootstrap().await.expect("bootstrap");
         // Two scopes of one tenant, their vectors loosely around shared topics: the
         // searched scope is half the index, so the graph is searched with the scope as a
         // filter. A graph searched only as wide as the leg's 20 hits found 85% of the
