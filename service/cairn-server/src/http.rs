@@ -208,7 +208,8 @@ async fn request_middleware(
         .and_then(valid_incoming_request_id)
         .unwrap_or_else(|| new_id("req"));
     request.extensions_mut().insert(RequestId(request_id.clone()));
-    let method = request.method().to_string();
+    // Only known methods are named, in the log and in the metrics alike.
+    let method = crate::metrics::method_label(request.method());
     let route = request.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
     let span = tracing::info_span!(
         "request",
@@ -243,7 +244,7 @@ async fn request_middleware(
     if let Some(state) = state {
         state
             .metrics
-            .observe_request(&route, &method, status, elapsed.as_secs_f64());
+            .observe_request(&route, method, status, elapsed.as_secs_f64());
     }
     span.in_scope(|| {
         tracing::info!(

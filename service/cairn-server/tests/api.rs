@@ -1444,6 +1444,27 @@ async fn operational_routes_and_request_ids() {
 }
 
 #[actix_web::test]
+async fn metrics_label_only_known_methods() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    // HTTP allows extension methods of any length; each distinct label value would be
+    // a series kept for the life of the process.
+    let long = "X".repeat(8_192);
+    for method in [long.as_str(), "PROPFIND", "BREW"] {
+        let method = Method::from_bytes(method.as_bytes()).expect("a valid token");
+        let (status, _, _) = call(service, method, "/v1/users/u1/facts", None, None).await;
+        assert!(status.is_client_error(), "{status}");
+    }
+    let (status, metrics, _) = call(service, Method::GET, "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = metrics.as_str().expect("text");
+    assert!(!text.contains("XXXX"), "an extension method became a label");
+    assert!(!text.contains("PROPFIND") && !text.contains("BREW"));
+    assert!(text.contains("method=\"other\""), "{text}");
+    assert!(text.len() < 64 * 1024, "the metrics grew to {} bytes", text.len());
+}
+
+#[actix_web::test]
 async fn metrics_can_require_an_admin_token() {
     let harness = harness_with(|config| config.metrics_require_auth = true).await;
     let service = &harness.service;
