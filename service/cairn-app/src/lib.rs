@@ -253,10 +253,11 @@ impl Cairn {
 
     /// Erases everything of the scope across every tier and returns what was removed.
     pub async fn erase_user(&self, scope: &Scope, context: &RequestContext) -> Result<ErasureReceipt> {
-        // A consolidation run in progress stops before its next commit, and none starts
-        // until the scope is erased: nothing derived from the erased episodes can be
-        // written after the receipt (the store's evidence precondition covers runs in
-        // other processes).
+        // The store's erasure is the fence: it advances the scope's generation before it
+        // removes anything, and no commit that began before (a run, an ingest, an
+        // import, a recovery, in any process) leaves anything behind it. In this
+        // process, a run in progress also stops before its next commit, and none starts
+        // until the scope is erased.
         let _runs_excluded = self.consolidator.exclude_runs(scope).await?;
         self.usage.forget(scope);
         let event = audit_event(scope, context, "user.erase", Vec::new(), serde_json::Value::Null);

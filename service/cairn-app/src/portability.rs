@@ -311,6 +311,8 @@ impl Cairn {
         self.check_export(&document)?;
         // No consolidation run of the scope reads episodes while they arrive.
         let _runs_excluded = self.consolidator.exclude_runs(scope).await?;
+        // An erasure after this read, in any process, fences every later part.
+        let generation = self.store.generation(scope).await?;
         self.require_empty(scope).await?;
 
         let mut ids: HashMap<String, String> = HashMap::new();
@@ -494,12 +496,13 @@ impl Cairn {
                     serde_json::json!({ "part": part })
                 },
             ));
+            set.changes.push(Change::RequireGeneration(generation));
             set.changes.extend(pending.by_ref().take(CHANGES_PER_COMMIT));
             set.decisions.extend(decisions.by_ref().take(CHANGES_PER_COMMIT));
             self.store.commit(scope, set).await?;
         }
         if document.consolidated_episodes > 0 {
-            self.mark_consolidated(scope, context, document.consolidated_episodes)
+            self.mark_consolidated(scope, context, document.consolidated_episodes, generation)
                 .await?;
         }
         tracing::info!(tenant = %scope.tenant(), facts = report.facts, episodes = report.episodes, "scope imported");
@@ -737,7 +740,13 @@ impl Cairn {
     }
 
     /// Moves the (new, empty) scope's watermark past its first `count` episodes.
-    async fn mark_consolidated(&self, scope: &Scope, context: &RequestContext, count: usize) -> Result<()> {
+    async fn mark_consolidated(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        count: usize,
+        generation: u64,
+    ) -> Result<()> {
         let expected = self.store.watermark(scope).await?;
         let mut seen = 0;
         let mut position = expected;
@@ -760,10 +769,12 @@ impl Cairn {
         self.store
             .commit(
                 scope,
-                ChangeSet::new(event).with(Change::MoveWatermark {
-                    expected,
-                    to: position,
-                }),
+                ChangeSet::new(event)
+                    .with(Change::RequireGeneration(generation))
+                    .with(Change::MoveWatermark {
+                        expected,
+                        to: position,
+                    }),
             )
             .await
     }

@@ -161,6 +161,16 @@ impl Error {
         }
     }
 
+    /// The scope was erased after the operation read what it writes from: nothing of
+    /// it is written (an erasure fences every write that began before it).
+    pub fn scope_erased() -> Self {
+        Error::Conflict {
+            code: ErrorCode::ScopeErased,
+            message: "the user's memory was erased while this change was being made; nothing was written"
+                .into(),
+        }
+    }
+
     /// An active fact of the scope already holds the value being written.
     pub fn duplicate() -> Self {
         Error::Conflict {

@@ -124,6 +124,13 @@ pub enum Change {
     RequireNoActiveValue {
         fingerprint: String,
     },
+    /// Precondition only: the scope has not been erased since its generation was read
+    /// as `generation` ([`MemoryStore::generation`]), and no erasure of it is under
+    /// way (else the conflict `scope_erased`). An operation that reads before it writes,
+    /// or writes in several commits (a consolidation run, an import), carries the
+    /// generation it started at, so an erasure in between fences everything it would
+    /// still write.
+    RequireGeneration(u64),
     /// Moves the scope's consolidation watermark. Precondition: it is still at
     /// `expected` (else `watermark_moved`), so two runs can never both apply a batch.
     MoveWatermark {
@@ -614,7 +621,14 @@ pub trait MemoryStore: Send + Sync + 'static {
         dead: bool,
     ) -> Result<()>;
 
+    /// The scope's erasure generation: 0 until it is first erased, advanced by every
+    /// erasure before it removes anything. [`Change::RequireGeneration`] compares it.
+    async fn generation(&self, scope: &Scope) -> Result<u64>;
+
     /// Removes every record of the scope (the audit trail keeps its id-only events and
-    /// gains `audit`) and counts what was removed.
+    /// gains `audit`) and counts what was removed. The scope's generation advances
+    /// first: no write that began before the erasure (a commit that checked its
+    /// preconditions, an ingest that reserved its positions, a recovery that rolls a
+    /// journal forward) leaves anything in the scope once the receipt is answered.
     async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt>;
 }

@@ -11,9 +11,33 @@ use std::collections::{HashMap, HashSet};
 
 impl ClusterStore {
     /// Reads and checks every precondition of the change set; returns the conditional
-    /// updates to make.
-    pub(crate) async fn check(&self, scope: &Scope, changes: &[Change]) -> Result<Vec<Update>> {
+    /// updates to make, and the scope's generation the commit is made under (see
+    /// `erasure`): the one it requires, else (but for an ingest, whose reservation of
+    /// positions reads it) the current one.
+    pub(crate) async fn check(
+        &self,
+        scope: &Scope,
+        changes: &[Change],
+    ) -> Result<(Vec<Update>, Option<u64>)> {
         let mut updates = Vec::new();
+        // The generation is read before anything else: a commit whose other reads follow
+        // an erasure's sweep sees that erasure's generation, or its mark.
+        let required = changes.iter().find_map(|change| match change {
+            Change::RequireGeneration(generation) => Some(*generation),
+            _ => None,
+        });
+        let ingest = changes
+            .iter()
+            .any(|change| matches!(change, Change::InsertEpisodes(_)));
+        let generation = if ingest && required.is_none() {
+            None
+        } else {
+            let current = self.current_generation(scope).await?;
+            if required.is_some_and(|required| required != current) {
+                return Err(Error::scope_erased());
+            }
+            Some(current)
+        };
         let mut lifted = Vec::new();
         // The tombstones of every inserted value, in one search.
         let inserted: Vec<String> = changes
@@ -240,10 +264,11 @@ impl ClusterStore {
                 | Change::InsertReview(_)
                 | Change::InsertPlaybook(_)
                 | Change::EnqueueJob(_)
+                | Change::RequireGeneration(_)
                 | Change::CompleteJobs(_) => {}
             }
         }
-        Ok(updates)
+        Ok((updates, generation))
     }
 
     /// Fails with `evidence_erased` unless every listed episode is stored in the scope.

@@ -89,6 +89,8 @@ pub(crate) struct Prepared {
 /// What [`Prepared`] holds for one ingest.
 struct ReadiedIngest {
     first: u64,
+    /// The scope's generation the positions were reserved under.
+    generation: u64,
     /// [`ClusterStore::last_episode`] of each session of the ingest.
     ended_with: HashMap<String, Option<(IdText, Option<Versioned>)>>,
 }
@@ -208,6 +210,8 @@ struct Plan {
     ends: Vec<SessionEnd>,
     /// Deletions after the inserts: `{"erase_fact": id}` or `{"complete_jobs": [ids]}`.
     deferred: Vec<Value>,
+    /// The scope's generation the commit is made under (see `erasure`).
+    generation: u64,
     /// Whether the inserts are searchable when the commit answers (`refresh=true`). An
     /// ingest is not refreshed: its episodes are read by id at once and searched within
     /// the refresh interval; consolidation and erasure refresh what they search.
@@ -245,7 +249,7 @@ impl Plan {
             .map(|(id, next)| json!({ "id": id, "next": next }))
             .collect();
         json!({ "updates": updates, "lines": self.lines, "contexts": contexts, "deferred": self.deferred,
-                "refresh": self.refresh })
+                "refresh": self.refresh, "generation": self.generation })
     }
 }
 
@@ -263,8 +267,8 @@ impl ClusterStore {
     /// Commits a change set through the journal (see the module documentation).
     pub(crate) async fn commit_change_set(&self, scope: &Scope, change_set: &ChangeSet) -> Result<()> {
         for _ in 0..COUNTER_ATTEMPTS {
-            let updates = self.check(scope, &change_set.changes).await?;
-            let plan = self.plan(scope, change_set, updates).await?;
+            let (updates, generation) = self.check(scope, &change_set.changes).await?;
+            let plan = self.plan(scope, change_set, updates, generation).await?;
             match self.write_plan(scope, plan).await? {
                 Applied::Done => return Ok(()),
                 Applied::Conflict {
@@ -307,11 +311,22 @@ impl ClusterStore {
             return Ok(false);
         };
         let version = Some((journal.seq_no, journal.primary_term));
+        let plan = &journal.source["plan"];
         match journal.source["phase"].as_str() {
             Some(COMMITTED) => {
+                // A commit of a generation since erased is taken back, not finished.
                 let scope = journal_scope(&journal.source)?;
-                self.roll_forward(&scope, &journal.source["plan"], Vec::new())
-                    .await?;
+                let generation = plan["generation"].as_u64().unwrap_or(0);
+                if self.still_current(&scope, generation).await? {
+                    self.roll_forward(&scope, plan, Vec::new()).await?;
+                }
+                if !self.still_current(&scope, generation).await? {
+                    self.take_back(&scope, plan, id).await?;
+                }
+            }
+            Some(crate::erasure::FENCED) => {
+                let scope = journal_scope(&journal.source)?;
+                self.take_back(&scope, plan, id).await?;
             }
             Some(PREPARED) => {
                 let mut aborted = journal.source.clone();
@@ -356,6 +371,10 @@ impl ClusterStore {
             lines.extend(self.committed_lines(plan.context_lines.clone(), std::mem::take(&mut plan.lines)));
             match self.bulk_with(lines, &[409], plan.refresh).await {
                 Ok(answer) => {
+                    if !self.still_current(scope, plan.generation).await? {
+                        self.take_back(scope, &journal["plan"], &id).await?;
+                        return Err(Error::scope_erased());
+                    }
                     self.tails.written(scope, std::mem::take(&mut plan.ends), &answer);
                     self.end_journal(tenant, id, !plan.refresh).await?;
                     return Ok(Applied::Done);
@@ -381,8 +400,12 @@ impl ClusterStore {
                 .await?
                 .is_none()
             {
-                // Recovery took this commit for abandoned and rolls it back; so do we.
+                // Recovery took this commit for abandoned, or the scope's erasure fenced
+                // it, and rolls it back; so do we.
                 self.roll_back(tenant, &journal["plan"]["updates"]).await?;
+                if !self.still_current(scope, plan.generation).await? {
+                    return Err(Error::scope_erased());
+                }
                 return Err(Error::Unavailable(
                     "the commit took too long and was rolled back; nothing was changed".into(),
                 ));
@@ -390,6 +413,10 @@ impl ClusterStore {
         }
         self.roll_forward(scope, &journal["plan"], plan.context_lines)
             .await?;
+        if !self.still_current(scope, plan.generation).await? {
+            self.take_back(scope, &journal["plan"], &id).await?;
+            return Err(Error::scope_erased());
+        }
         self.end_journal(tenant, id, inserts_only && !plan.refresh)
             .await?;
         Ok(Applied::Done)
@@ -574,7 +601,13 @@ impl ClusterStore {
 
     /// Plans the writes of a checked change set: reserves episode positions and reads
     /// the session neighbours that give episodes their context.
-    async fn plan(&self, scope: &Scope, change_set: &ChangeSet, updates: Vec<Update>) -> Result<Plan> {
+    async fn plan(
+        &self,
+        scope: &Scope,
+        change_set: &ChangeSet,
+        updates: Vec<Update>,
+        mut generation: Option<u64>,
+    ) -> Result<Plan> {
         let tenant = scope.tenant().as_str();
         let mut lines = Vec::new();
         let mut create = |kind: &str, id: &str, body: Value| {
@@ -592,10 +625,14 @@ impl ClusterStore {
                 Change::InsertEpisodes(episodes) => {
                     let readied = readied_key(scope, episodes).and_then(|key| self.prepared.take(&key));
                     let (first, previous, mut ended_with) = match readied {
-                        Some(ingest) => (ingest.first, HashMap::new(), ingest.ended_with),
+                        Some(ingest) => {
+                            generation.get_or_insert(ingest.generation);
+                            (ingest.first, HashMap::new(), ingest.ended_with)
+                        }
                         None => {
-                            let (first, previous) = self.allocate_positions(scope, episodes).await?;
-                            (first, previous, HashMap::new())
+                            let reservation = self.allocate_positions(scope, episodes).await?;
+                            generation.get_or_insert(reservation.generation);
+                            (reservation.first, reservation.previous, HashMap::new())
                         }
                     };
                     // Each episode is indexed with the episodes before and after it in its session.
@@ -680,6 +717,7 @@ impl ClusterStore {
                 | Change::LiftTombstone { .. }
                 | Change::RequireEpisodes(_)
                 | Change::RequireNoActiveValue { .. }
+                | Change::RequireGeneration(_)
                 | Change::RetryJob { .. }
                 | Change::MoveWatermark { .. } => {}
             }
@@ -700,7 +738,12 @@ impl ClusterStore {
                 .iter()
                 .all(|change| matches!(change, Change::InsertEpisodes(_) | Change::EnqueueJob(_)));
         let refresh = !ingest;
+        let generation = match generation {
+            Some(generation) => generation,
+            None => self.current_generation(scope).await?,
+        };
         Ok(Plan {
+            generation,
             refresh,
             updates,
             lines,
@@ -772,7 +815,8 @@ impl ClusterStore {
         let Some(key) = readied_key(scope, episodes) else {
             return Ok(());
         };
-        let (first, previous) = self.allocate_positions(scope, episodes).await?;
+        let reservation = self.allocate_positions(scope, episodes).await?;
+        let previous = reservation.previous;
         let mut ended_with = HashMap::new();
         for session in episodes
             .iter()
@@ -783,7 +827,14 @@ impl ClusterStore {
                 ended_with.insert(session.to_owned(), found);
             }
         }
-        self.prepared.put(key, ReadiedIngest { first, ended_with });
+        self.prepared.put(
+            key,
+            ReadiedIngest {
+                first: reservation.first,
+                generation: reservation.generation,
+                ended_with,
+            },
+        );
         Ok(())
     }
 

@@ -13,6 +13,7 @@ mod check;
 mod client;
 mod commit;
 mod docs;
+mod erasure;
 pub mod mappings;
 pub mod query;
 mod recalled;
@@ -772,7 +773,12 @@ impl ClusterStore {
                 Some(doc) => (doc.source, Some((doc.seq_no, doc.primary_term))),
                 None => (fresh_state(scope), None),
             };
-            let answer = match edit(&mut state)? {
+            let edited = match edit(&mut state) {
+                // The cache may be behind another process's write: decide on a fresh read.
+                Err(_) if from_cache => continue,
+                edited => edited?,
+            };
+            let answer = match edited {
                 // An answer without a write comes from a fresh read, never the cache.
                 StateEdit::Keep(_) if from_cache => continue,
                 StateEdit::Keep(answer) => return Ok(answer),
@@ -805,29 +811,29 @@ impl ClusterStore {
     }
 
     /// Reserves positions for `episodes` in the scope's episode log, and notes the last
-    /// of them in each session. Returns the first position and the episode each session
-    /// ended with before (for the sessions the state remembers). The ids are remembered
-    /// by position (see `reserved`).
+    /// of them in each session (see [`Reservation`]). The ids are remembered by
+    /// position (see `reserved`).
     async fn allocate_positions(
         &self,
         scope: &Scope,
         episodes: &[cairn_core::Episode],
-    ) -> Result<(u64, HashMap<String, String>)> {
-        let (first, previous) = self.reserve_in_state(scope, episodes).await?;
+    ) -> Result<Reservation> {
+        let reservation = self.reserve_in_state(scope, episodes).await?;
         let ids = episodes.iter().map(|episode| episode.id.as_str());
-        self.reserved.record(&state_id(scope), first, ids);
-        Ok((first, previous))
+        self.reserved.record(&state_id(scope), reservation.first, ids);
+        Ok(reservation)
     }
 
     /// The compare-and-set of [`ClusterStore::allocate_positions`] on the state document.
-    async fn reserve_in_state(
-        &self,
-        scope: &Scope,
-        episodes: &[cairn_core::Episode],
-    ) -> Result<(u64, HashMap<String, String>)> {
+    /// A scope being erased refuses it (`scope_erased`).
+    async fn reserve_in_state(&self, scope: &Scope, episodes: &[cairn_core::Episode]) -> Result<Reservation> {
         let count = episodes.len() as u64;
         let now = docs::micros(Utc::now());
         self.edit_state(scope, "episode positions", |state| {
+            if !state["erasing"].is_null() {
+                return Err(Error::scope_erased());
+            }
+            let generation = erasure::generation_of(state);
             let first = state["allocated"].as_u64().unwrap_or(0) + 1;
             state["allocated"] = json!(first + count - 1);
             state["allocated_at"] = json!(now);
@@ -859,7 +865,11 @@ impl ClusterStore {
                 };
             }
             state["sessions"] = Value::Object(sessions);
-            Ok(StateEdit::Write((first, previous)))
+            Ok(StateEdit::Write(Reservation {
+                first,
+                previous,
+                generation,
+            }))
         })
         .await
     }
@@ -983,6 +993,17 @@ impl ClusterStore {
             removed += found.len() as u64;
         }
     }
+}
+
+/// Positions reserved for an ingest's episodes.
+struct Reservation {
+    /// The first position.
+    first: u64,
+    /// The episode each session of the ingest ended with before, for the sessions the
+    /// state remembers.
+    previous: HashMap<String, String>,
+    /// The scope's generation the positions were reserved under (see `erasure`).
+    generation: u64,
 }
 
 /// What an edit of a scope's state document answers, and whether it must be written.
@@ -1183,7 +1204,13 @@ impl MemoryStore for ClusterStore {
 
     async fn recover_commits(&self, older_than: Duration) -> Result<u64> {
         self.ready()?;
-        let recovered = self.recover_journals(older_than).await;
+        let recovered = match self.recover_journals(older_than).await {
+            Ok(journals) => self
+                .recover_erasures(older_than)
+                .await
+                .map(|erasures| journals + erasures),
+            Err(error) => Err(error),
+        };
         if !matches!(recovered, Ok(0)) {
             self.statistics.written_anywhere();
         }
@@ -1758,6 +1785,12 @@ impl MemoryStore for ClusterStore {
             .as_ref()
             .and_then(|doc| doc.source["allocated"].as_u64())
             .unwrap_or(0);
+        // Positions at or below the floor were reserved before the scope's last erasure.
+        let floor = state
+            .as_ref()
+            .and_then(|doc| doc.source["floor"].as_u64())
+            .unwrap_or(0);
+        let position = position.max(floor);
         // Positions are reserved before their episodes are written: stop at a gap unless
         // the last reservation is old enough that the gap can no longer fill.
         let settled = state
@@ -1924,41 +1957,16 @@ impl MemoryStore for ClusterStore {
         Ok(())
     }
 
+    async fn generation(&self, scope: &Scope) -> Result<u64> {
+        self.ready()?;
+        Ok(self
+            .state(scope)
+            .await?
+            .map_or(0, |doc| erasure::generation_of(&doc.source)))
+    }
+
     async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
         self.ready()?;
-        self.statistics.written(scope);
-        // Journals, ingests, use counts and state documents are written without a
-        // refresh: every document written so far must be found.
-        self.refresh_indices(&INDICES).await?;
-        // Journals first: a left-behind commit of this scope must not be rolled forward
-        // after the erasure.
-        self.erase_where(scope, "commits", Vec::new()).await?;
-        let receipt = ErasureReceipt {
-            episodes: self.erase_where(scope, "episodes", Vec::new()).await?,
-            facts: self.erase_where(scope, "facts", Vec::new()).await?,
-            playbooks: self.erase_where(scope, "playbooks", Vec::new()).await?,
-            playbook_versions: self.erase_where(scope, "playbook-versions", Vec::new()).await?,
-            edges: self.erase_where(scope, "edges", Vec::new()).await?,
-            tombstones: self.erase_where(scope, "tombstones", Vec::new()).await?,
-            decisions: self.erase_where(scope, "decisions", Vec::new()).await?,
-            jobs: self.erase_where(scope, "jobs", Vec::new()).await?,
-            reviews: self.erase_where(scope, "reviews", Vec::new()).await?,
-        };
-        self.erase_where(scope, "usage", Vec::new()).await?;
-        if let Ok(mut states) = self.states.lock() {
-            states.remove(&state_id(scope));
-        }
-        self.tails.forget(scope);
-        self.reserved.forget(&state_id(scope));
-        self.erase_where(scope, "state", Vec::new()).await?;
-        self.create(
-            "audit",
-            &audit.id,
-            scope.tenant().as_str(),
-            docs::audit(scope, &audit),
-        )
-        .await?;
-        self.statistics.written(scope);
-        Ok(receipt)
+        self.erase(scope, &audit).await
     }
 }

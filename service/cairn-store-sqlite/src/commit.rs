@@ -264,7 +264,29 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
             if taken { Err(Error::duplicate()) } else { Ok(()) }
         }
         Change::MoveWatermark { expected, to } => move_watermark(transaction, scope, *expected, *to),
+        Change::RequireGeneration(generation) => {
+            if generation_of(transaction, scope)? == *generation {
+                Ok(())
+            } else {
+                Err(Error::scope_erased())
+            }
+        }
     }
+}
+
+/// The scope's erasure generation (0 until its first erasure).
+pub(crate) fn generation_of(connection: &rusqlite::Connection, scope: &Scope) -> Result<u64> {
+    let generation: Option<i64> = connection
+        .prepare_cached("SELECT generation FROM consolidation_state WHERE tenant = ?1 AND user_id = ?2")
+        .and_then(|mut statement| {
+            statement
+                .query_row(params![scope.tenant().as_str(), scope.user().as_str()], |row| {
+                    row.get(0)
+                })
+                .optional()
+        })
+        .map_err(storage)?;
+    Ok(generation.map_or(0, |generation| u64::try_from(generation).unwrap_or(0)))
 }
 
 /// Fails with `evidence_erased` unless every listed episode is stored in the scope.

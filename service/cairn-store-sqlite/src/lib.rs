@@ -368,6 +368,7 @@ fn rows_changed_in(change_set: &ChangeSet, tier: Tier) -> Vec<&str> {
             | Change::RetryJob { .. }
             | Change::RequireEpisodes(_)
             | Change::RequireNoActiveValue { .. }
+            | Change::RequireGeneration(_)
             | Change::MoveWatermark { .. } => {}
         }
     }
@@ -1134,6 +1135,12 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn generation(&self, scope: &Scope) -> Result<u64> {
+        let scope = scope.clone();
+        self.read(move |connection| commit::generation_of(connection, &scope))
+            .await
+    }
+
     async fn erase_scope(&self, scope: &Scope, audit: AuditEvent) -> Result<ErasureReceipt> {
         let scope = scope.clone();
         let inner = Arc::clone(&self.inner);
@@ -1164,7 +1171,14 @@ impl MemoryStore for SqliteStore {
                 jobs: erase("DELETE FROM jobs WHERE tenant = ?1 AND user_id = ?2")?,
                 reviews: erase("DELETE FROM reviews WHERE tenant = ?1 AND user_id = ?2")?,
             };
-            erase("DELETE FROM consolidation_state WHERE tenant = ?1 AND user_id = ?2")?;
+            // The scope's state starts over (watermark, and the audit key destroyed) but
+            // keeps its generation, advanced: a commit that read the scope before this
+            // erasure and requires its generation fails (`scope_erased`).
+            erase(
+                "INSERT INTO consolidation_state (tenant, user_id, watermark, generation) \
+                 VALUES (?1, ?2, 0, 1) ON CONFLICT (tenant, user_id) DO UPDATE SET \
+                 watermark = 0, audit_key = NULL, generation = generation + 1",
+            )?;
             commit::insert_audit(&transaction, &scope, &audit).map_err(storage)?;
             transaction.commit().map_err(storage)?;
             for tier in Tier::ALL {

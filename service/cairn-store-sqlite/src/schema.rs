@@ -2,7 +2,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Durability, safety and read settings applied to every connection. `synchronous=FULL`
 /// in WAL mode means an acknowledged commit survives a crash of the process or the
@@ -63,6 +63,9 @@ pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     }
     if version < 6 {
         transaction.execute_batch(REVIEWS)?;
+    }
+    if version < 7 {
+        transaction.execute_batch(GENERATIONS)?;
     }
     if version < SCHEMA_VERSION {
         transaction.execute(
@@ -322,4 +325,11 @@ CREATE TABLE reviews (
 CREATE INDEX reviews_queue ON reviews (tenant, status, created_at, id);
 CREATE INDEX reviews_scope ON reviews (tenant, user_id, status, created_at, id);
 CREATE INDEX reviews_value ON reviews (tenant, user_id, fingerprint);
+"#;
+
+/// Version 7: each scope's erasure generation, advanced by every erasure (which keeps
+/// the scope's state row for it), so a change that read the scope before an erasure
+/// can require that nothing was erased since (`Change::RequireGeneration`).
+const GENERATIONS: &str = r#"
+ALTER TABLE consolidation_state ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
 "#;

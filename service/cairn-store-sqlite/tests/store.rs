@@ -100,7 +100,7 @@ async fn upgrading_from_version_2_indexes_episode_context() {
             .expect("commit");
     }
     // Put the file back into its version 2 shape: a full-text table without context, jobs
-    // without dead letters, scope state without audit keys.
+    // without dead letters, scope state without audit keys or generations.
     {
         let connection =
             rusqlite::Connection::open(directory.path().join("cairn.sqlite3")).expect("open file");
@@ -115,6 +115,7 @@ async fn upgrading_from_version_2_indexes_episode_context() {
                  DROP INDEX jobs_by_tenant;
                  ALTER TABLE jobs DROP COLUMN dead_at;
                  ALTER TABLE consolidation_state DROP COLUMN audit_key;
+                 ALTER TABLE consolidation_state DROP COLUMN generation;
                  DROP TABLE reviews;
                  UPDATE schema_meta SET value = '2' WHERE key = 'version';",
             )
@@ -330,7 +331,7 @@ async fn a_backup_under_writes_restores_every_acknowledged_write() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     writer.await.expect("writer");
     assert!(before.len() > 5, "writes went on: {}", before.len());
-    assert_eq!(report.schema_version, 6);
+    assert_eq!(report.schema_version, 7);
     assert!(report.bytes > 0);
     #[cfg(unix)]
     {

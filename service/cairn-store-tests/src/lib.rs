@@ -39,6 +39,7 @@ macro_rules! conformance_suite {
             vector_search_follows_every_change_after_first_use,
             the_watermark_moves_only_from_where_it_is,
             derived_writes_need_their_episodes,
+            erasure_fences_what_began_before_it,
             no_read_crosses_a_scope,
             audit_keys_belong_to_their_scope_and_die_with_it,
             whole_set_reads_are_never_cut_short,
@@ -1682,6 +1683,98 @@ pub async fn derived_writes_need_their_episodes(store: Arc<dyn MemoryStore>) {
         .await
         .expect("a batch with its evidence commits");
     assert_eq!(everything(Arc::clone(&store), alice.clone()).await, (1, 1));
+}
+
+/// An erasure advances the scope's generation: a change that read the scope before it
+/// (and requires that generation) writes nothing, whatever it is; one made at the new
+/// generation commits, and consolidation reads only what came after the erasure.
+pub async fn erasure_fences_what_began_before_it(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let now = Utc::now();
+    let before = store.generation(&alice).await.expect("generation");
+    assert_eq!(before, 0, "a scope never erased is at generation 0");
+    let said = episode("I keep bees on the roof", now);
+    ingest_episodes(store.as_ref(), &alice, vec![said.clone()]).await;
+    insert(store.as_ref(), &bob, &fact("The user keeps bees", now)).await;
+
+    store
+        .erase_scope(&alice, audit(&alice, "user.erase"))
+        .await
+        .expect("erase");
+    let after = store.generation(&alice).await.expect("generation");
+    assert!(
+        after > before,
+        "erasure advances the generation: {before} -> {after}"
+    );
+    assert_eq!(
+        store.generation(&bob).await.expect("generation"),
+        0,
+        "another scope's generation stays"
+    );
+
+    let erased = |result: cairn_core::Result<()>, what: &str| match result {
+        Err(Error::Conflict { code, .. }) => assert_eq!(code, "scope_erased", "{what}"),
+        other => panic!("{what}: expected scope_erased, got {other:?}"),
+    };
+    let late = fact("The user keeps bees", now);
+    let fenced = ChangeSet::new(audit(&alice, "fact.create"))
+        .with(Change::RequireGeneration(before))
+        .with(Change::InsertFact(late.clone()));
+    erased(store.commit(&alice, fenced).await, "a fact");
+    assert!(store.get_fact(&alice, &late.id).await.expect("get").is_none());
+    let late_episode = episode("I keep wasps as well", now);
+    let fenced_ingest = ingest(&alice, vec![late_episode.clone()]).with(Change::RequireGeneration(before));
+    erased(store.commit(&alice, fenced_ingest).await, "an ingest");
+    assert!(
+        store
+            .get_episode(&alice, &late_episode.id)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    let page = PageRequest {
+        limit: 10,
+        cursor: None,
+    };
+    assert!(
+        store
+            .list_facts(&alice, StatusFilter::All, Utc::now(), &page)
+            .await
+            .expect("facts")
+            .items
+            .is_empty(),
+        "nothing of a fenced change is stored"
+    );
+
+    // Made at the new generation, the same change commits.
+    let current = ChangeSet::new(audit(&alice, "fact.create"))
+        .with(Change::RequireGeneration(after))
+        .with(Change::InsertFact(late.clone()));
+    store
+        .commit(&alice, current)
+        .await
+        .expect("a change at the new generation");
+    assert!(store.get_fact(&alice, &late.id).await.expect("get").is_some());
+
+    // Consolidation reads on from the start of the erased scope's log: only what came
+    // after the erasure.
+    let fresh = episode("I keep bees again", now);
+    ingest_episodes(store.as_ref(), &alice, vec![fresh.clone()]).await;
+    let watermark = store.watermark(&alice).await.expect("watermark");
+    let log = store.episodes_after(&alice, watermark, 10).await.expect("log");
+    assert_eq!(
+        log.iter()
+            .map(|logged| logged.episode.id.clone())
+            .collect::<Vec<_>>(),
+        vec![fresh.id.clone()]
+    );
+
+    store
+        .erase_scope(&alice, audit(&alice, "user.erase"))
+        .await
+        .expect("erase again");
+    assert!(store.generation(&alice).await.expect("generation") > after);
 }
 
 /// Scope A holds every kind of record; every read method of the port, called as

@@ -416,6 +416,9 @@ impl Cairn {
         lock.check_not_erasing()?;
         let settings = self.settings.consolidation.clone();
         let run_id = new_id("run");
+        // Read before anything the run derives from: an erasure after it, in any
+        // process, fences every commit of the run (`RequireGeneration`).
+        let generation = self.store.generation(scope).await?;
         let mut watermark = self.store.watermark(scope).await?;
         let mut cursor = if options.from_start { 0 } else { watermark };
         let jobs = self.store.pending_jobs(scope).await?;
@@ -472,6 +475,7 @@ impl Cairn {
                         serde_json::json!({ "run_id": run_id, "until": resets_at.to_rfc3339(), "reason": "token_budget" }),
                     );
                     let set = ChangeSet::new(event)
+                        .with(Change::RequireGeneration(generation))
                         .with(Change::CompleteJobs(job_ids.clone()))
                         .with(Change::EnqueueJob(deferred));
                     self.store.commit(scope, set).await?;
@@ -512,7 +516,9 @@ impl Cairn {
                 self.consolidator.extractor.name()
             );
             let mut plan = Plan::new(&run_id, batch_key);
-            // Everything the batch derives commits only while its evidence is stored.
+            // Everything the batch derives commits only while its evidence is stored, and
+            // only if the scope was not erased since the run began.
+            plan.changes.push(Change::RequireGeneration(generation));
             plan.changes.push(Change::RequireEpisodes(
                 episodes.iter().map(|episode| episode.id.clone()).collect(),
             ));

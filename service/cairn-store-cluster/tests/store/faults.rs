@@ -3,7 +3,9 @@
 //! the node, or it reaches it and the answer is lost. After recovery the store holds
 //! the whole commit or none of it. Another repeats each journal write, as a node does
 //! when a primary is lost mid-write, and the commit still succeeds. A last test stalls
-//! a commit just before its commit point and lets recovery take it over.
+//! a commit just before its commit point and lets recovery take it over. The last ones
+//! hold a commit, an ingest and a recovery at their writes after the commit point while
+//! the scope is erased: once released, none leaves anything in the erased scope.
 
 use cairn_core::{
     AuditEvent, Change, ChangeSet, Decision, DecisionKind, Error, Fact, FactStatus, MemoryStore, PageRequest,
@@ -33,6 +35,8 @@ enum Mode {
 struct State {
     seen: usize,
     fault: Option<(usize, Mode)>,
+    /// A fault for the first request whose request line holds the text.
+    first: Option<(String, Mode)>,
     fired: bool,
     holding: bool,
     released: bool,
@@ -92,10 +96,20 @@ impl Proxy {
         };
     }
 
+    /// Applies `mode` to the first request from now whose request line holds `text`.
+    fn arm_first(&self, text: &str, mode: Mode) {
+        let mut state = self.control.lock();
+        *state = State {
+            first: Some((text.to_owned(), mode)),
+            ..State::default()
+        };
+    }
+
     /// Stops injecting; whether the fault fired, and the requests seen since `arm`.
     fn disarm(&self) -> (bool, Vec<String>) {
         let mut state = self.control.lock();
         state.fault = None;
+        state.first = None;
         state.released = true;
         self.control.changed.notify_all();
         (state.fired, std::mem::take(&mut state.log))
@@ -182,10 +196,18 @@ fn serve(mut client: TcpStream, upstream: &str, control: &Control) -> std::io::R
             let index = state.seen;
             state.seen += 1;
             state.log.push(line.clone());
+            let first = match &state.first {
+                Some((text, mode)) if !state.fired && line.contains(text.as_str()) => Some(*mode),
+                _ => None,
+            };
             match state.fault {
                 Some((at, mode)) if at == index => {
                     state.fired = true;
                     Some(mode)
+                }
+                _ if first.is_some() => {
+                    state.fired = true;
+                    first
                 }
                 _ => None,
             }
@@ -608,4 +630,185 @@ async fn an_ingest_is_whole_after_a_failure_at_any_point() {
             "{mode:?}: the failed bulk was made again"
         );
     }
+}
+
+/// Every document of the scope in every index but the audit trail and the scope's state
+/// (its generation and position floor), after a refresh: `index/id` of each.
+async fn left_in_scope(url: &str, store: &ClusterStore, scope: &Scope) -> Vec<String> {
+    let prefix = store.prefix();
+    super::operations::raw_json(url, "POST", &format!("/{prefix}-*/_refresh"))
+        .await
+        .expect("refresh");
+    let body = serde_json::json!({
+        "size": 100,
+        "_source": false,
+        "query": { "bool": {
+            "filter": [
+                { "term": { "tenant": scope.tenant().as_str() } },
+                { "term": { "user": scope.user().as_str() } }
+            ],
+            "must_not": [ { "terms": { "_index": [format!("{prefix}-audit"), format!("{prefix}-state")] } } ]
+        } }
+    });
+    let answer = super::operations::raw_json_body(url, "POST", &format!("/{prefix}-*/_search"), body)
+        .await
+        .expect("search every index");
+    answer["hits"]["hits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|hit| {
+            format!(
+                "{}/{}",
+                hit["_index"].as_str().unwrap_or("?"),
+                hit["_id"].as_str().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
+/// Runs `write` through the proxy with the first request holding `text` held, erases
+/// the scope directly meanwhile, releases the request, and answers what `write` did.
+async fn held_across_an_erasure<T: Send + 'static>(
+    proxy: Proxy,
+    direct: &ClusterStore,
+    scope: &Scope,
+    text: &str,
+    write: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    proxy.arm_first(text, Mode::Hold);
+    let written = tokio::spawn(write);
+    let proxy = Arc::new(proxy);
+    let holder = Arc::clone(&proxy);
+    tokio::task::spawn_blocking(move || holder.wait_until_holding())
+        .await
+        .expect("held");
+    let receipt = direct
+        .erase_scope(scope, cairn_store_tests::audit(scope, "user.erase"))
+        .await
+        .expect("the erasure goes on while the write is held");
+    assert!(
+        receipt.facts + receipt.episodes > 0,
+        "the erasure found the scope's memory: {receipt:?}"
+    );
+    proxy.release();
+    let answer = written.await.expect("task");
+    proxy.disarm();
+    answer
+}
+
+fn is_scope_erased(result: &cairn_core::Result<()>) -> bool {
+    matches!(result, Err(Error::Conflict { code, .. }) if code.as_str() == "scope_erased")
+}
+
+/// A commit held after its commit point (its inserts' bulk) while another process
+/// erases the scope writes its inserts when released, sees the erasure, and takes them
+/// back: nothing of the scope is left, and it answers `scope_erased`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_overtakes_a_commit_held_after_its_commit_point() {
+    let Some((proxy, direct, proxied, cleanup)) = stores().await else {
+        return;
+    };
+    let url = cleanup
+        .0
+        .as_ref()
+        .map(|(url, _)| url.clone())
+        .expect("the node's URL");
+    let scope = cairn_store_tests::scope("acme", "held-commit");
+    let world = World::seed(&direct, &scope).await;
+    let result = {
+        let (proxied, scope, change_set) = (proxied.clone(), scope.clone(), world.change_set());
+        held_across_an_erasure(proxy, &direct, &scope.clone(), "/_bulk", async move {
+            proxied.commit(&scope, change_set).await
+        })
+        .await
+    };
+    assert!(is_scope_erased(&result), "{result:?}");
+    assert_eq!(left_in_scope(&url, &direct, &scope).await, Vec::<String>::new());
+    assert_eq!(direct.recover_commits(Duration::ZERO).await.expect("recovery"), 0);
+    assert!(
+        direct
+            .get_fact(&scope, &world.new.id)
+            .await
+            .expect("get")
+            .is_none()
+    );
+}
+
+/// An ingest held at its one bulk (positions reserved before the erasure) is taken
+/// back the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_overtakes_an_ingest_held_at_its_bulk() {
+    let Some((proxy, direct, proxied, cleanup)) = stores().await else {
+        return;
+    };
+    let url = cleanup
+        .0
+        .as_ref()
+        .map(|(url, _)| url.clone())
+        .expect("the node's URL");
+    let scope = cairn_store_tests::scope("acme", "held-ingest");
+    let earlier = cairn_store_tests::session_episode("I moved to Lisbon in March.");
+    direct
+        .commit(&scope, cairn_store_tests::ingest(&scope, vec![earlier]))
+        .await
+        .expect("an earlier episode");
+    let late = cairn_store_tests::session_episode("My flat has a view of the river.");
+    let change_set = cairn_store_tests::ingest(&scope, vec![late.clone()]);
+    let result = {
+        let (proxied, scope) = (proxied.clone(), scope.clone());
+        held_across_an_erasure(proxy, &direct, &scope.clone(), "/_bulk", async move {
+            proxied.commit(&scope, change_set).await
+        })
+        .await
+    };
+    assert!(is_scope_erased(&result), "{result:?}");
+    assert_eq!(left_in_scope(&url, &direct, &scope).await, Vec::<String>::new());
+    assert!(direct.get_episode(&scope, &late.id).await.expect("get").is_none());
+    // The next ingest is read by consolidation from the erased scope's floor.
+    let next = cairn_store_tests::session_episode("I work from home now.");
+    direct
+        .commit(&scope, cairn_store_tests::ingest(&scope, vec![next.clone()]))
+        .await
+        .expect("an ingest after the erasure");
+    let watermark = direct.watermark(&scope).await.expect("watermark");
+    let log = direct.episodes_after(&scope, watermark, 10).await.expect("log");
+    assert_eq!(
+        log.iter()
+            .map(|logged| logged.episode.id.clone())
+            .collect::<Vec<_>>(),
+        vec![next.id]
+    );
+}
+
+/// A recovery that rolls a left-behind committed journal forward, held at its bulk
+/// while the scope is erased, takes back what it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_overtakes_a_recovery_held_at_its_roll_forward() {
+    let Some((proxy, direct, proxied, cleanup)) = stores().await else {
+        return;
+    };
+    let url = cleanup
+        .0
+        .as_ref()
+        .map(|(url, _)| url.clone())
+        .expect("the node's URL");
+    let scope = cairn_store_tests::scope("acme", "held-recovery");
+    let world = World::seed(&direct, &scope).await;
+    // The commit passes its commit point and its bulk never reaches the node: a
+    // committed journal is left for recovery.
+    proxy.arm_first("/_bulk", Mode::Refuse);
+    let failed = proxied.commit(&scope, world.change_set()).await;
+    assert!(proxy.disarm().0, "the bulk was refused");
+    assert!(matches!(failed, Err(Error::Unavailable(_))), "{failed:?}");
+    let result = {
+        let proxied = proxied.clone();
+        held_across_an_erasure(proxy, &direct, &scope.clone(), "/_bulk", async move {
+            proxied.recover_commits(Duration::ZERO).await.map(|_| ())
+        })
+        .await
+    };
+    result.expect("recovery ends");
+    assert_eq!(left_in_scope(&url, &direct, &scope).await, Vec::<String>::new());
+    assert_eq!(direct.recover_commits(Duration::ZERO).await.expect("recovery"), 0);
 }
