@@ -584,6 +584,15 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// Episodes with a position after `position`, oldest first, at most `limit`.
     async fn episodes_after(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>>;
 
+    /// When the scope's log holds positions after `position` that are reserved but not
+    /// written yet, at which [`MemoryStore::episodes_after`] waits: the time at which the
+    /// first of them stops holding reads back (its reservation is then old enough to be
+    /// taken for abandoned). `None` when nothing after `position` waits; always `None`
+    /// where episodes are written in the transaction that reserves their positions.
+    async fn gap_after(&self, _scope: &Scope, _position: u64) -> Result<Option<DateTime<Utc>>> {
+        Ok(None)
+    }
+
     /// Episodes with a position at or before `position`, the newest `limit` of them,
     /// oldest first.
     async fn episodes_up_to(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>>;

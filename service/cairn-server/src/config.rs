@@ -54,6 +54,9 @@ pub struct Config {
     pub cluster_tls_insecure: bool,
     /// Replicas of each index; unset: 1 on a cluster of several data nodes, 0 on one.
     pub cluster_replicas: Option<u32>,
+    /// How long a reserved episode position may stay unwritten (an ingest under way)
+    /// before consolidation takes it for abandoned and reads past it, in milliseconds.
+    pub cluster_gap_patience_ms: u64,
     pub index_prefix: String,
     /// HS256 secrets, separated by whitespace: every one verifies, the first signs.
     pub jwt_secret: Option<String>,
@@ -217,6 +220,7 @@ impl Default for Config {
             cluster_client_key: None,
             cluster_tls_insecure: false,
             cluster_replicas: None,
+            cluster_gap_patience_ms: 30_000,
             index_prefix: "cairn".into(),
             jwt_secret: None,
             jwt_public_keys: None,
@@ -317,6 +321,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("cluster_client_key", Kind::Text),
     ("cluster_tls_insecure", Kind::Boolean),
     ("cluster_replicas", Kind::Integer),
+    ("cluster_gap_patience_ms", Kind::Integer),
     ("index_prefix", Kind::Text),
     ("jwt_secret", Kind::Text),
     ("jwt_public_keys", Kind::Text),
@@ -814,6 +819,12 @@ impl Config {
             return Err(config_error(
                 "CAIRN_CONSOLIDATION_MAX_BATCHES_PER_RUN",
                 "must be between 1 and 1000",
+            ));
+        }
+        if !(100..=600_000).contains(&self.cluster_gap_patience_ms) {
+            return Err(config_error(
+                "CAIRN_CLUSTER_GAP_PATIENCE_MS",
+                "must be between 100 and 600000 (ten minutes)",
             ));
         }
         if self.consolidation_settle_ms > 60_000 {

@@ -68,7 +68,11 @@ pub fn cluster_store(config: &Config) -> anyhow::Result<ClusterStore> {
         &config.index_prefix,
         config.embedding_dimension,
     )
-    .map(|store| store.with_replicas(config.cluster_replicas))
+    .map(|store| {
+        store
+            .with_replicas(config.cluster_replicas)
+            .with_gap_patience(std::time::Duration::from_millis(config.cluster_gap_patience_ms))
+    })
     .map_err(|error| anyhow::anyhow!("CAIRN_CLUSTER_URL: {error}"))
 }
 

@@ -2163,6 +2163,21 @@ async fn a_local_cross_encoder_rescores_hits() {
     );
 }
 
+/// A scope as the authentication layer would produce it, for a test that writes to a
+/// store directly.
+#[allow(clippy::disallowed_methods)]
+fn scope_of(tenant: &str, user: &str) -> cairn_core::Scope {
+    let tenant = cairn_core::TenantId::parse(tenant).expect("tenant");
+    cairn_core::Principal::from_verified_credential(
+        "test".into(),
+        tenant,
+        None,
+        vec![cairn_core::Permission::Admin],
+    )
+    .scope_for(user, cairn_core::Permission::Admin)
+    .expect("scope")
+}
+
 /// The test cluster's URL from `variable`, when one is set.
 #[allow(clippy::disallowed_methods)]
 fn test_cluster(variable: &str) -> Option<String> {

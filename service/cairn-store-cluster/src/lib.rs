@@ -14,6 +14,7 @@ mod client;
 mod commit;
 mod docs;
 mod erasure;
+mod gaps;
 pub mod mappings;
 pub mod query;
 mod recalled;
@@ -40,9 +41,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-/// Positions allocated this long ago are either indexed or lost: a gap older than this
-/// no longer holds consolidation back.
-const GAP_PATIENCE_MICROS: i64 = 30_000_000;
+/// Positions reserved this long ago are either indexed or lost: a gap whose reservation
+/// is older no longer holds consolidation back (see `gaps`).
+pub const DEFAULT_GAP_PATIENCE: Duration = Duration::from_secs(30);
 /// State documents kept by [`ClusterStore::edit_state`].
 const STATE_CACHE: usize = 10_000;
 /// Sessions per scope whose latest episode the state document names.
@@ -77,6 +78,8 @@ pub struct ClusterStore {
     status: Arc<RwLock<Status>>,
     /// Replicas per index; `None`: chosen from the number of data nodes.
     replicas: Option<u32>,
+    /// How long a reserved position may stay unwritten before consolidation passes it.
+    gap_patience: Duration,
     /// The cluster health the last ping saw, when it was not green.
     degraded: Arc<RwLock<Option<String>>>,
     /// The state documents this process last wrote, by scope: the first attempt of a
@@ -245,6 +248,7 @@ impl ClusterStore {
                 "the search cluster has not been reached yet".into(),
             ))),
             replicas: None,
+            gap_patience: DEFAULT_GAP_PATIENCE,
             degraded: Arc::new(RwLock::new(None)),
             states: Arc::default(),
             retired: Arc::default(),
@@ -276,6 +280,22 @@ impl ClusterStore {
     pub fn with_replicas(mut self, replicas: Option<u32>) -> Self {
         self.replicas = replicas;
         self
+    }
+
+    /// Sets how long a reserved episode position may stay unwritten before consolidation
+    /// takes it for abandoned and reads past it (see `gaps`).
+    pub fn with_gap_patience(mut self, patience: Duration) -> Self {
+        self.gap_patience = patience;
+        self
+    }
+
+    /// Microseconds before which a reservation is old enough to pass (see `gaps`).
+    fn gap_cutoff(&self) -> i64 {
+        docs::micros(Utc::now()) - self.gap_patience_micros()
+    }
+
+    fn gap_patience_micros(&self) -> i64 {
+        i64::try_from(self.gap_patience.as_micros()).unwrap_or(i64::MAX)
     }
 
     fn ready(&self) -> Result<()> {
@@ -829,12 +849,16 @@ impl ClusterStore {
     async fn reserve_in_state(&self, scope: &Scope, episodes: &[cairn_core::Episode]) -> Result<Reservation> {
         let count = episodes.len() as u64;
         let now = docs::micros(Utc::now());
+        let cutoff = now - self.gap_patience_micros();
         self.edit_state(scope, "episode positions", |state| {
             if !state["erasing"].is_null() {
                 return Err(Error::scope_erased());
             }
             let generation = erasure::generation_of(state);
             let first = state["allocated"].as_u64().unwrap_or(0) + 1;
+            // Noted before `allocated` moves: a state kept before reservations had
+            // entries counts its positions so far as reserved at its `allocated_at`.
+            gaps::Reservations::record(state, first + count - 1, now, cutoff);
             state["allocated"] = json!(first + count - 1);
             state["allocated_at"] = json!(now);
             let mut sessions = match state["sessions"].take() {
@@ -1792,11 +1816,12 @@ impl MemoryStore for ClusterStore {
             .unwrap_or(0);
         let position = position.max(floor);
         // Positions are reserved before their episodes are written: stop at a gap unless
-        // the last reservation is old enough that the gap can no longer fill.
-        let settled = state
+        // its own reservation is old enough that it can no longer fill (see `gaps`).
+        let reservations = state
             .as_ref()
-            .and_then(|doc| doc.source["allocated_at"].as_i64())
-            .is_none_or(|at| docs::micros(Utc::now()) - at > GAP_PATIENCE_MICROS);
+            .map(|doc| gaps::Reservations::of(&doc.source))
+            .unwrap_or_default();
+        let cutoff = self.gap_cutoff();
         // Positions this process reserved are read by id, without a refresh.
         if let Some(episodes) = self.reserved_episodes(scope, position, allocated, limit).await? {
             return Ok(episodes);
@@ -1814,7 +1839,10 @@ impl MemoryStore for ClusterStore {
             Some(hit) => records::read_episode(&hit.source)?.0,
             None => position,
         };
-        if !settled && found.len() < limit && last_seen < allocated {
+        if found.len() < limit
+            && last_seen < allocated
+            && reservations.young(last_seen + 1, allocated, cutoff)
+        {
             self.refresh_indices(&["episodes"]).await?;
             found = self.scoped_search(scope, "episodes", body).await?;
         }
@@ -1822,7 +1850,7 @@ impl MemoryStore for ClusterStore {
         let mut episodes = Vec::new();
         for hit in &found {
             let (at, episode) = records::read_episode(&hit.source)?;
-            if at != expected && !settled {
+            if at > expected && reservations.young(expected, at - 1, cutoff) {
                 break;
             }
             expected = at + 1;
@@ -1832,6 +1860,20 @@ impl MemoryStore for ClusterStore {
             });
         }
         Ok(episodes)
+    }
+
+    async fn gap_after(&self, scope: &Scope, position: u64) -> Result<Option<DateTime<Utc>>> {
+        self.ready()?;
+        let Some(state) = self.state(scope).await? else {
+            return Ok(None);
+        };
+        let floor = state.source["floor"].as_u64().unwrap_or(0);
+        let settles = gaps::Reservations::of(&state.source).settles_at(
+            position.max(floor),
+            self.gap_cutoff(),
+            self.gap_patience_micros(),
+        );
+        Ok(settles.and_then(DateTime::from_timestamp_micros))
     }
 
     async fn episodes_up_to(&self, scope: &Scope, position: u64, limit: usize) -> Result<Vec<LoggedEpisode>> {

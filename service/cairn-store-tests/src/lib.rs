@@ -1769,6 +1769,11 @@ pub async fn erasure_fences_what_began_before_it(store: Arc<dyn MemoryStore>) {
             .collect::<Vec<_>>(),
         vec![fresh.id.clone()]
     );
+    assert_eq!(
+        store.gap_after(&alice, log[0].position).await.expect("gap"),
+        None,
+        "nothing reserved and unwritten waits after the last episode"
+    );
 
     store
         .erase_scope(&alice, audit(&alice, "user.erase"))

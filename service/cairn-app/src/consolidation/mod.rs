@@ -446,6 +446,7 @@ impl Cairn {
         };
         let retracted = self.retracted_values(scope).await?;
         let mut batches = 0;
+        let mut turned_over = false;
         loop {
             let batch = self
                 .store
@@ -540,6 +541,7 @@ impl Cairn {
             let last_batch = self.store.episodes_after(scope, last, 1).await?.is_empty();
             batches += 1;
             let turn_over = !last_batch && options.max_batches.is_some_and(|most| batches >= most);
+            turned_over |= turn_over;
             let more = !last_batch && !turn_over;
             if !more {
                 plan.changes.push(Change::CompleteJobs(job_ids.clone()));
@@ -577,6 +579,24 @@ impl Cairn {
                 break;
             }
         }
+        // Episodes behind a gap (a position reserved, not yet written) wait for it: a
+        // job comes due when the gap stops holding, so the scope's consolidation goes on
+        // even if nothing else is ingested.
+        let gap = if options.dry_run || outcome.deferred_until.is_some() || turned_over {
+            None
+        } else {
+            self.store.gap_after(scope, cursor).await?
+        };
+        let waiting = gap.map(|at| {
+            queued_job(
+                new_id("job"),
+                scope,
+                context,
+                assistant_context.clone(),
+                now(),
+                at,
+            )
+        });
         if outcome.episodes_read == 0
             && outcome.deferred_until.is_none()
             && !job_ids.is_empty()
@@ -584,9 +604,25 @@ impl Cairn {
         {
             // Nothing new (another run consumed the episodes): the jobs are done.
             let event = run_audit(scope, context, "consolidation.run", Vec::new(), &run_id, 0);
-            self.store
-                .commit(scope, ChangeSet::new(event).with(Change::CompleteJobs(job_ids)))
-                .await?;
+            let mut set = ChangeSet::new(event)
+                .with(Change::RequireGeneration(generation))
+                .with(Change::CompleteJobs(job_ids));
+            if let Some(job) = waiting {
+                set = set.with(Change::EnqueueJob(job));
+            }
+            self.store.commit(scope, set).await?;
+        } else if let Some(job) = waiting {
+            let event = crate::audit_event(
+                scope,
+                context,
+                "consolidation.deferred",
+                vec![job.id.clone()],
+                serde_json::json!({ "run_id": run_id, "until": job.run_after.to_rfc3339(), "reason": "gap" }),
+            );
+            let set = ChangeSet::new(event)
+                .with(Change::RequireGeneration(generation))
+                .with(Change::EnqueueJob(job));
+            self.store.commit(scope, set).await?;
         }
         outcome.watermark = watermark;
         outcome.token_budget = self.token_budget(scope.tenant());

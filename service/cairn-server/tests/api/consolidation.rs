@@ -1546,3 +1546,113 @@ async fn recall_marks_the_earlier_of_two_values_in_one_slot() {
         "{hits:#?}"
     );
 }
+
+/// On a search cluster, an ingest that reserved its position and never wrote it leaves
+/// a gap in the user's episode log. A run that meets the gap while it is young reads
+/// nothing behind it, and does not take its jobs for done: a job comes due when the gap
+/// stops holding, and that run consolidates what came after it without another ingest.
+#[actix_web::test]
+async fn a_run_held_by_a_gap_comes_back_when_it_stops_holding() {
+    use cairn_core::MemoryStore;
+    use cairn_server::config::Backend;
+    for (variable, backend) in [
+        ("CAIRN_TEST_OPENSEARCH_URL", Backend::Opensearch),
+        ("CAIRN_TEST_ELASTICSEARCH_URL", Backend::Elasticsearch),
+    ] {
+        let Some(url) = super::test_cluster(variable) else {
+            eprintln!("skipped on {backend:?}: {variable} is not set");
+            continue;
+        };
+        let prefix = format!("cairn-api-{}", uuid::Uuid::now_v7().simple());
+        let patience = Duration::from_secs(5);
+        let harness = harness_with(|config| {
+            config.backend = backend;
+            config.cluster_url = Some(url.clone());
+            config.index_prefix = prefix.clone();
+            config.cluster_gap_patience_ms = 5_000;
+        })
+        .await;
+        let service = &harness.service;
+        let mut ready = false;
+        for _ in 0..120 {
+            let (status, _, _) = call(service, Method::GET, "/readyz", None, None).await;
+            ready = status == StatusCode::OK;
+            if ready {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert!(ready, "{backend:?}: the service became ready");
+        // Another process reserves the first position for an ingest and dies before
+        // writing it.
+        let elsewhere = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
+            .await
+            .expect("a second process");
+        elsewhere.bootstrap().await.expect("bootstrap");
+        let scope = super::scope_of("acme", "gap");
+        let now = chrono::Utc::now();
+        let lost = cairn_core::Episode {
+            id: cairn_core::new_id("epi"),
+            session_id: None,
+            text: "I keep bees".into(),
+            occurred_at: now,
+            ingested_at: now,
+            embedding: None,
+        };
+        elsewhere
+            .prepare_episodes(&scope, &[lost])
+            .await
+            .expect("a reservation never written");
+
+        let owner = token("acme", ALL);
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/gap/episodes",
+            Some(&owner),
+            Some(
+                json!({ "messages": [{ "role": "user", "content": "I live in Porto" }],
+                         "consolidate": "async" }),
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        // The job is due after the settle window, and claimed by a search: within the
+        // refresh interval.
+        let next_run = || async {
+            for _ in 0..50 {
+                if let Some(run) = harness.state.cairn.run_due_job().await.expect("run") {
+                    return Some(run);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None
+        };
+        let run = next_run().await;
+        assert!(
+            matches!(&run, Some(cairn_app::JobRun::Done(outcome)) if outcome.episodes_read == 0),
+            "{backend:?}: the young gap holds the run: {run:?}"
+        );
+        let jobs = items!(service, &owner, "/v1/users/gap/jobs");
+        assert_eq!(jobs.len(), 1, "{backend:?}: a job waits for the gap: {jobs:?}");
+
+        tokio::time::sleep(patience).await;
+        let run = next_run().await;
+        assert!(
+            matches!(&run, Some(cairn_app::JobRun::Done(outcome)) if outcome.episodes_read == 1),
+            "{backend:?}: the run reads past the old gap: {run:?}"
+        );
+        let facts = items!(service, &owner, "/v1/users/gap/facts");
+        assert!(
+            facts
+                .iter()
+                .any(|fact| fact["text"].as_str().is_some_and(|text| text.contains("Porto"))),
+            "{backend:?}: {facts:?}"
+        );
+        assert!(items!(service, &owner, "/v1/users/gap/jobs").is_empty());
+        elsewhere
+            .delete_indices()
+            .await
+            .expect("delete the test's indices");
+    }
+}

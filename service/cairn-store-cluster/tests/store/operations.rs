@@ -1110,6 +1110,81 @@ async fn a_run_reads_the_positions_reserved_here_by_id_without_a_refresh() {
     }
 }
 
+/// A gap in the episode log (a position reserved by an ingest that never wrote it) is
+/// passed once its own reservation is older than the patience, however recently the
+/// scope's later positions were reserved; until then the run stops at it, and
+/// `gap_after` says when it stops holding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_is_passed_once_its_own_reservation_is_old() {
+    use cairn_core::MemoryStore;
+    for variable in ["CAIRN_TEST_OPENSEARCH_URL", "CAIRN_TEST_ELASTICSEARCH_URL"] {
+        let Some((_, store, _cleanup)) = super::unprepared(variable).await else {
+            continue;
+        };
+        let patience = std::time::Duration::from_millis(1500);
+        let store = store.with_gap_patience(patience);
+        store.bootstrap().await.expect("bootstrap");
+        let alice = cairn_store_tests::scope("acme", "alice");
+        let said = cairn_store_tests::session_episode;
+        let read = |position: u64| {
+            let (store, alice) = (&store, &alice);
+            async move {
+                store
+                    .episodes_after(alice, position, 10)
+                    .await
+                    .expect("episodes after")
+                    .into_iter()
+                    .map(|logged| (logged.position, logged.episode.id))
+                    .collect::<Vec<_>>()
+            }
+        };
+        // An ingest readied (its position reserved) whose embedding then failed.
+        let abandoned = said("I adopted a greyhound");
+        store
+            .prepare_episodes(&alice, std::slice::from_ref(&abandoned))
+            .await
+            .expect("ready an ingest");
+        let second = said("She is called Pepper");
+        store
+            .commit(&alice, cairn_store_tests::ingest(&alice, vec![second.clone()]))
+            .await
+            .expect("ingest");
+        assert_eq!(read(0).await, Vec::new(), "{variable}: a young gap holds the run");
+        let settles = store
+            .gap_after(&alice, 0)
+            .await
+            .expect("gap")
+            .expect("a gap after position 0");
+        assert!(settles > chrono::Utc::now(), "{variable}: {settles}");
+
+        tokio::time::sleep(patience + std::time::Duration::from_millis(200)).await;
+        // A new ingest keeps the scope's newest reservation young; the gap's own is old.
+        let third = said("Pepper sleeps on the sofa");
+        store
+            .commit(&alice, cairn_store_tests::ingest(&alice, vec![third.clone()]))
+            .await
+            .expect("ingest");
+        assert_eq!(
+            read(0).await,
+            vec![(2, second.id.clone()), (3, third.id.clone())],
+            "{variable}: the old gap is passed"
+        );
+        assert_eq!(
+            store.gap_after(&alice, 3).await.expect("gap"),
+            None,
+            "{variable}: nothing waits after the last position"
+        );
+        assert!(
+            store
+                .get_episode(&alice, &abandoned.id)
+                .await
+                .expect("get")
+                .is_none(),
+            "{variable}: the abandoned episode was never written"
+        );
+    }
+}
+
 /// A deterministic stream of numbers in [-1, 1) (xorshift), for test vectors.
 struct Noise(u64);
 
