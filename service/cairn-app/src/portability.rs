@@ -31,6 +31,10 @@ pub const VERSION: u32 = 1;
 const PAGE: usize = 500;
 /// Changes per commit while importing (a commit is one transaction or journal).
 const CHANGES_PER_COMMIT: usize = 500;
+
+/// An import's claim on its scope not renewed for this long was left by a process that
+/// stopped; another import may take the scope (each part renews it).
+const IMPORT_CLAIM_STALE: chrono::Duration = chrono::Duration::minutes(10);
 /// Texts embedded per call while importing.
 const EMBED_BATCH: usize = 64;
 
@@ -313,6 +317,30 @@ impl Cairn {
         let _runs_excluded = self.consolidator.exclude_runs(scope).await?;
         // An erasure after this read, in any process, fences every later part.
         let generation = self.store.generation(scope).await?;
+        // One import at a time into a scope, in any process: a second finds the claim.
+        let claim = new_id("import");
+        self.store
+            .claim_import(scope, &claim, now(), now() - IMPORT_CLAIM_STALE)
+            .await?;
+        let imported = self
+            .import_claimed(scope, context, document, &claim, generation)
+            .await;
+        if let Err(error) = self.store.release_import(scope, &claim).await {
+            tracing::warn!(error = %error, "releasing an import's claim failed; it goes stale");
+        }
+        imported
+    }
+
+    /// [`Cairn::import_scope`] once the scope is claimed: checks it is empty, then
+    /// writes the document in parts, renewing the claim before each.
+    async fn import_claimed(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        document: ScopeExport,
+        claim: &str,
+        generation: u64,
+    ) -> Result<ImportReport> {
         self.require_empty(scope).await?;
 
         let mut ids: HashMap<String, String> = HashMap::new();
@@ -496,6 +524,9 @@ impl Cairn {
                     serde_json::json!({ "part": part })
                 },
             ));
+            self.store
+                .claim_import(scope, claim, now(), now() - IMPORT_CLAIM_STALE)
+                .await?;
             set.changes.push(Change::RequireGeneration(generation));
             set.changes.extend(pending.by_ref().take(CHANGES_PER_COMMIT));
             set.decisions.extend(decisions.by_ref().take(CHANGES_PER_COMMIT));

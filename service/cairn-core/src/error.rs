@@ -171,6 +171,14 @@ impl Error {
         }
     }
 
+    /// Another import into the scope holds its claim.
+    pub fn import_under_way() -> Self {
+        Error::Conflict {
+            code: ErrorCode::ScopeNotEmpty,
+            message: "another import into this user is under way".into(),
+        }
+    }
+
     /// An active fact of the scope already holds the value being written.
     pub fn duplicate() -> Self {
         Error::Conflict {

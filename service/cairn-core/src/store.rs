@@ -630,6 +630,22 @@ pub trait MemoryStore: Send + Sync + 'static {
         dead: bool,
     ) -> Result<()>;
 
+    /// Claims the scope for a Cairn import, by compare-and-set in the store, so that at
+    /// most one import writes into a scope at a time across every process. `claim` names
+    /// the import, and claiming again under the same name renews it. A claim of another
+    /// import answers the conflict `scope_not_empty`, unless it was last renewed before
+    /// `stale_before` (its process stopped). Erasing the scope ends every claim.
+    async fn claim_import(
+        &self,
+        scope: &Scope,
+        claim: &str,
+        now: DateTime<Utc>,
+        stale_before: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// Ends the import claim `claim`; another import's claim is left as it is.
+    async fn release_import(&self, scope: &Scope, claim: &str) -> Result<()>;
+
     /// The scope's erasure generation: 0 until it is first erased, advanced by every
     /// erasure before it removes anything. [`Change::RequireGeneration`] compares it.
     async fn generation(&self, scope: &Scope) -> Result<u64>;

@@ -1999,6 +1999,43 @@ impl MemoryStore for ClusterStore {
         Ok(())
     }
 
+    async fn claim_import(
+        &self,
+        scope: &Scope,
+        claim: &str,
+        now: DateTime<Utc>,
+        stale_before: DateTime<Utc>,
+    ) -> Result<()> {
+        self.ready()?;
+        let (now, stale_before) = (docs::micros(now), docs::micros(stale_before));
+        self.edit_state(scope, "import claim", |state| {
+            let held = &state["import"];
+            if let (Some(other), Some(at)) = (held["claim"].as_str(), held["at"].as_i64())
+                && other != claim
+                && at >= stale_before
+            {
+                return Err(Error::import_under_way());
+            }
+            state["import"] = json!({ "claim": claim, "at": now });
+            Ok(StateEdit::Write(()))
+        })
+        .await
+    }
+
+    async fn release_import(&self, scope: &Scope, claim: &str) -> Result<()> {
+        self.ready()?;
+        self.edit_state(scope, "import claim", |state| {
+            if state["import"]["claim"].as_str() != Some(claim) {
+                return Ok(StateEdit::Keep(()));
+            }
+            if let Value::Object(map) = state {
+                map.remove("import");
+            }
+            Ok(StateEdit::Write(()))
+        })
+        .await
+    }
+
     async fn generation(&self, scope: &Scope) -> Result<u64> {
         self.ready()?;
         Ok(self

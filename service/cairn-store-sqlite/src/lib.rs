@@ -1135,6 +1135,60 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn claim_import(
+        &self,
+        scope: &Scope,
+        claim: &str,
+        now: DateTime<Utc>,
+        stale_before: DateTime<Utc>,
+    ) -> Result<()> {
+        let (scope, claim) = (scope.clone(), claim.to_owned());
+        self.write(move |connection| {
+            let transaction = connection.transaction().map_err(storage)?;
+            let (tenant, user) = (scope.tenant().as_str(), scope.user().as_str());
+            let held: Option<(Option<String>, Option<i64>)> = transaction
+                .query_row(
+                    "SELECT import_claim, import_claimed_at FROM consolidation_state \
+                     WHERE tenant = ?1 AND user_id = ?2",
+                    params![tenant, user],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()
+                .map_err(storage)?;
+            if let Some((Some(other), Some(at))) = held
+                && other != claim
+                && at >= rows::micros(stale_before)
+            {
+                return Err(Error::import_under_way());
+            }
+            transaction
+                .execute(
+                    "INSERT INTO consolidation_state (tenant, user_id, watermark, import_claim, import_claimed_at) \
+                     VALUES (?1, ?2, 0, ?3, ?4) ON CONFLICT (tenant, user_id) DO UPDATE SET \
+                     import_claim = excluded.import_claim, import_claimed_at = excluded.import_claimed_at",
+                    params![tenant, user, claim, rows::micros(now)],
+                )
+                .map_err(storage)?;
+            transaction.commit().map_err(storage)
+        })
+        .await
+    }
+
+    async fn release_import(&self, scope: &Scope, claim: &str) -> Result<()> {
+        let (scope, claim) = (scope.clone(), claim.to_owned());
+        self.write(move |connection| {
+            connection
+                .execute(
+                    "UPDATE consolidation_state SET import_claim = NULL, import_claimed_at = NULL \
+                     WHERE tenant = ?1 AND user_id = ?2 AND import_claim = ?3",
+                    params![scope.tenant().as_str(), scope.user().as_str(), claim],
+                )
+                .map(|_| ())
+                .map_err(storage)
+        })
+        .await
+    }
+
     async fn generation(&self, scope: &Scope) -> Result<u64> {
         let scope = scope.clone();
         self.read(move |connection| commit::generation_of(connection, &scope))
@@ -1177,7 +1231,8 @@ impl MemoryStore for SqliteStore {
             erase(
                 "INSERT INTO consolidation_state (tenant, user_id, watermark, generation) \
                  VALUES (?1, ?2, 0, 1) ON CONFLICT (tenant, user_id) DO UPDATE SET \
-                 watermark = 0, audit_key = NULL, generation = generation + 1",
+                 watermark = 0, audit_key = NULL, generation = generation + 1, \
+                 import_claim = NULL, import_claimed_at = NULL",
             )?;
             commit::insert_audit(&transaction, &scope, &audit).map_err(storage)?;
             transaction.commit().map_err(storage)?;

@@ -116,6 +116,8 @@ async fn upgrading_from_version_2_indexes_episode_context() {
                  ALTER TABLE jobs DROP COLUMN dead_at;
                  ALTER TABLE consolidation_state DROP COLUMN audit_key;
                  ALTER TABLE consolidation_state DROP COLUMN generation;
+                 ALTER TABLE consolidation_state DROP COLUMN import_claim;
+                 ALTER TABLE consolidation_state DROP COLUMN import_claimed_at;
                  DROP TABLE reviews;
                  UPDATE schema_meta SET value = '2' WHERE key = 'version';",
             )

@@ -40,6 +40,7 @@ macro_rules! conformance_suite {
             the_watermark_moves_only_from_where_it_is,
             derived_writes_need_their_episodes,
             erasure_fences_what_began_before_it,
+            imports_claim_the_scope_one_at_a_time,
             no_read_crosses_a_scope,
             audit_keys_belong_to_their_scope_and_die_with_it,
             whole_set_reads_are_never_cut_short,
@@ -1780,6 +1781,62 @@ pub async fn erasure_fences_what_began_before_it(store: Arc<dyn MemoryStore>) {
         .await
         .expect("erase again");
     assert!(store.generation(&alice).await.expect("generation") > after);
+}
+
+/// An import claims its scope in the store: another import's claim is refused
+/// (`scope_not_empty`) until released, gone stale or ended by an erasure; the holder
+/// renews its own; other scopes are not affected.
+pub async fn imports_claim_the_scope_one_at_a_time(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let now = Utc::now();
+    let stale = now - Duration::minutes(10);
+    let refused = |result: cairn_core::Result<()>, what: &str| match result {
+        Err(Error::Conflict { code, .. }) => assert_eq!(code, "scope_not_empty", "{what}"),
+        other => panic!("{what}: expected scope_not_empty, got {other:?}"),
+    };
+    store
+        .claim_import(&alice, "first", now, stale)
+        .await
+        .expect("a free scope is claimed");
+    refused(
+        store.claim_import(&alice, "second", now, stale).await,
+        "a second import",
+    );
+    store
+        .claim_import(&alice, "first", now + Duration::seconds(1), stale)
+        .await
+        .expect("the holder renews its claim");
+    store
+        .claim_import(&bob, "second", now, stale)
+        .await
+        .expect("another scope is free");
+    store
+        .release_import(&alice, "second")
+        .await
+        .expect("releasing another's claim changes nothing");
+    refused(
+        store.claim_import(&alice, "second", now, stale).await,
+        "still held",
+    );
+    store.release_import(&alice, "first").await.expect("release");
+    store
+        .claim_import(&alice, "second", now, stale)
+        .await
+        .expect("released, the scope is claimed by the next import");
+    // A claim not renewed since before the bound was left by a process that stopped.
+    store
+        .claim_import(&alice, "third", now, now + Duration::seconds(5))
+        .await
+        .expect("a stale claim is taken over");
+    store
+        .erase_scope(&alice, audit(&alice, "user.erase"))
+        .await
+        .expect("erase");
+    store
+        .claim_import(&alice, "fourth", now, stale)
+        .await
+        .expect("an erasure ends every claim");
 }
 
 /// Scope A holds every kind of record; every read method of the port, called as

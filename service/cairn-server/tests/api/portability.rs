@@ -497,3 +497,111 @@ async fn the_user_list_shows_a_tenants_users_to_its_admins_only() {
     .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
 }
+
+/// Two replicas (two services on one cluster prefix, each with its own process-local
+/// locks) importing into the same empty user at once: the store's claim lets one write
+/// and refuses the other with 409 `scope_not_empty`; the user's memory is not doubled.
+#[actix_web::test]
+async fn two_imports_into_one_user_on_two_replicas_let_one_write() {
+    use cairn_server::config::Backend;
+    for (variable, backend) in [
+        ("CAIRN_TEST_OPENSEARCH_URL", Backend::Opensearch),
+        ("CAIRN_TEST_ELASTICSEARCH_URL", Backend::Elasticsearch),
+    ] {
+        let Some(url) = super::test_cluster(variable) else {
+            eprintln!("skipped on {backend:?}: {variable} is not set");
+            continue;
+        };
+        let prefix = format!("cairn-api-{}", uuid::Uuid::now_v7().simple());
+        let replica = || {
+            harness_with(|config| {
+                config.backend = backend;
+                config.cluster_url = Some(url.clone());
+                config.index_prefix = prefix.clone();
+            })
+        };
+        let (first, second) = (replica().await, replica().await);
+        for harness in [&first, &second] {
+            let mut ready = false;
+            for _ in 0..120 {
+                let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
+                ready = status == StatusCode::OK;
+                if ready {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            assert!(ready, "{backend:?}: the replica became ready");
+        }
+        let owner = token("acme", ALL);
+        for index in 0..40 {
+            let (status, body, _) = call(
+                &first.service,
+                Method::POST,
+                "/v1/users/source/episodes",
+                Some(&owner),
+                Some(json!({ "messages": [{ "role": "user",
+                    "content": format!("Note {index}: I water the plants on the balcony") }],
+                    "consolidate": "none" })),
+            )
+            .await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+        let (status, export, _) = call(
+            &first.service,
+            Method::GET,
+            "/v1/users/source/export",
+            Some(&owner),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{export}");
+        let import = |service| {
+            let export = export.clone();
+            let owner = owner.clone();
+            async move {
+                let (status, body, _) = call(
+                    service,
+                    Method::POST,
+                    "/v1/users/target/import",
+                    Some(&owner),
+                    Some(export),
+                )
+                .await;
+                (status, body)
+            }
+        };
+        let (one, other) = tokio::join!(import(&first.service), import(&second.service));
+        let mut statuses = [one.0, other.0];
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [StatusCode::CREATED, StatusCode::CONFLICT],
+            "{backend:?}: one import writes: {one:?} {other:?}"
+        );
+        let refused = if one.0 == StatusCode::CONFLICT {
+            &one.1
+        } else {
+            &other.1
+        };
+        assert_eq!(error_code(refused), "scope_not_empty", "{refused}");
+        let (status, page, _) = call(
+            &second.service,
+            Method::GET,
+            "/v1/users/target/episodes?limit=100",
+            Some(&owner),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        assert_eq!(
+            page["items"].as_array().map(Vec::len),
+            Some(40),
+            "{backend:?}: the user's memory is not doubled"
+        );
+        let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
+            .await
+            .expect("the test cluster");
+        store.delete_indices().await.expect("clean up");
+    }
+}
