@@ -316,6 +316,14 @@ impl Verifier {
         principal_from_claims(claims)
     }
 
+    /// Until when (Unix seconds) a token of these claims verifies: its expiry plus the
+    /// clock leeway allowed on it.
+    pub fn accepted_until(&self, claims: &Claims) -> i64 {
+        claims
+            .exp
+            .saturating_add(i64::try_from(self.leeway_seconds).unwrap_or(i64::MAX))
+    }
+
     /// The claims of a console login ticket, checked like any token and for its purpose,
     /// its id and its short life. The caller makes sure each is redeemed once.
     pub fn login_ticket(&self, ticket: &str) -> Result<Claims, AuthError> {

@@ -68,8 +68,12 @@ async fn session(
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let now = chrono::Utc::now().timestamp();
-        redeemed.retain(|_, expires| *expires >= now);
-        if redeemed.insert(jti, claims.exp).is_some() {
+        redeemed.retain(|_, verifies_until| *verifies_until >= now);
+        // Remembered for as long as the ticket verifies, clock leeway included.
+        if redeemed
+            .insert(jti, state.verifier.accepted_until(&claims))
+            .is_some()
+        {
             return Err(AuthError::Invalid("this login ticket was already used".into()).into());
         }
     }

@@ -203,6 +203,40 @@ fn signed(claims: Value, secret: &str) -> String {
     .expect("sign")
 }
 
+/// A console login ticket works once, also in the clock leeway after its expiry, where
+/// it still verifies: the redeemed set keeps it until then.
+#[actix_web::test]
+async fn a_used_login_ticket_is_refused_through_the_clock_leeway() {
+    let harness = harness_with(|config| config.jwt_leeway_seconds = 30).await;
+    let service = &harness.service;
+    let now = chrono::Utc::now().timestamp();
+    let ticket = signed(
+        json!({ "sub": "ops", "tenant": "acme", "scope": "memory:read", "exp": now - 2,
+                "iat": now - 100, "purpose": "ui-login", "session_seconds": 3600,
+                "jti": format!("login_{}", uuid::Uuid::now_v7().simple()) }),
+        SECRET,
+    );
+    let redeem = || {
+        call(
+            service,
+            Method::POST,
+            "/ui/session",
+            None,
+            Some(json!({ "ticket": ticket })),
+        )
+    };
+    let (status, body, _) = redeem().await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "expired 2 s ago, inside the 30 s leeway: {body}"
+    );
+    for _ in 0..3 {
+        let (status, body, _) = redeem().await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "a used ticket: {body}");
+    }
+}
+
 /// Identity for production: several HS256 secrets at once (rotation), `aud` as a
 /// string or an array, an issuer allow-list, and a maximum token lifetime.
 #[actix_web::test]
