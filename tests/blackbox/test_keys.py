@@ -130,3 +130,122 @@ def test_jwks_url_rotates_keys_without_a_restart(make_server, tmp_path):
         assert served["fetches"] <= 3, served["fetches"]
     finally:
         idp.shutdown()
+
+
+def test_a_hanging_identity_provider_stalls_no_request(make_server, tmp_path):
+    """After its first answer the identity provider hangs. Once the cached key set is due
+    for a refresh, tokens whose key is held are still answered at once while one refresh
+    runs in the background, HS256 tokens beside the JWKS never wait on it, and a burst
+    of tokens naming unknown key ids waits for one fetch, shared."""
+    import http.server
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    released = threading.Event()
+    served = {"fetches": 0}
+
+    class Jwks(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            served["fetches"] += 1
+            if served["fetches"] > 1:
+                released.wait(60)
+            body = json.dumps({"keys": [rsa_jwk(key, "k1")]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except OSError:
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    idp = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    idp.daemon_threads = True
+    threading.Thread(target=idp.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{idp.server_address[1]}/.well-known/jwks.json"
+        server = make_server(tmp_path / "hanging-data",
+                             {"CAIRN_JWT_JWKS_URL": url, "CAIRN_JWT_JWKS_REFRESH_SECONDS": "1"}).start()
+        assert served["fetches"] == 1
+        now = int(time.time())
+        claims = {"sub": "svc", "tenant": "acme", "scope": "memory:read memory:write", "iat": now, "exp": now + 600}
+        held = rs256(key, "k1", claims)
+        shared = server.mint("acme")
+        time.sleep(2.2)
+        # The cached set is past its refresh interval, and the provider hangs.
+        for _ in range(5):
+            assert server.call("GET", "/v1/users/u1/facts", held).status == 200
+            assert server.call("GET", "/v1/users/u1/facts", shared).status == 200
+        assert served["fetches"] == 2, f"one refresh in the background: {served['fetches']}"
+        time.sleep(5.5)  # the hanging refresh times out
+        unknown = [rs256(key, f"unknown-{index}", claims) for index in range(4)]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            waiting = [pool.submit(server.call, "GET", "/v1/users/u1/facts", token) for token in unknown]
+            statuses = [future.result(timeout=60).status for future in waiting]
+        assert statuses == [401] * 4, statuses
+        assert served["fetches"] <= 4, f"the burst shares its fetch: {served['fetches']}"
+    finally:
+        released.set()
+        idp.shutdown()
+
+
+def test_jwks_fetches_refuse_foreign_redirects_and_oversized_sets(make_server, tmp_path):
+    """A JWKS URL that redirects to another origin, or answers a key set larger than
+    1 MiB, gives no keys: its tokens are refused (a same-origin redirect is followed)."""
+    import http.server
+    import threading
+    import time
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwks = json.dumps({"keys": [rsa_jwk(key, "k1")]})
+
+    def serve(answer):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                status, headers, body = answer(self.path)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    elsewhere, elsewhere_url = serve(lambda path: (200, {"content-type": "application/json"}, jwks.encode()))
+
+    def redirecting(path):
+        if path == "/moved":
+            return 302, {"location": elsewhere_url + "/jwks.json"}, b""
+        if path == "/here":
+            return 302, {"location": "/jwks.json"}, b""
+        return 200, {"content-type": "application/json"}, jwks.encode()
+
+    origin, origin_url = serve(redirecting)
+    padded = (jwks[:-1] + " " * (2 * 1024 * 1024) + "}").encode()
+    huge, huge_url = serve(lambda path: (200, {"content-type": "application/json"}, padded))
+    try:
+        now = int(time.time())
+        claims = {"sub": "svc", "tenant": "acme", "scope": "memory:read", "iat": now, "exp": now + 600}
+        token = rs256(key, "k1", claims)
+        for name, url, expected in [("same-origin", origin_url + "/here", 200),
+                                    ("foreign", origin_url + "/moved", 401),
+                                    ("oversized", huge_url + "/jwks.json", 401)]:
+            server = make_server(tmp_path / f"{name}-data", {"CAIRN_JWT_JWKS_URL": url})
+            del server.env["CAIRN_JWT_SECRET"]
+            server.start()
+            assert server.call("GET", "/v1/users/u1/facts", token).status == expected, name
+            server.stop()
+    finally:
+        for httpd in (elsewhere, origin, huge):
+            httpd.shutdown()

@@ -134,6 +134,24 @@ def test_a_service_monitor_scrapes_metrics_when_asked():
     assert ("ServiceMonitor", "t-cairn") not in render(f"jwt.secret={SECRET}")
     monitor = render(f"jwt.secret={SECRET}", "serviceMonitor.enabled=true")[("ServiceMonitor", "t-cairn")]
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert "bearerTokenSecret" not in monitor["spec"]["endpoints"][0]
+
+
+def test_the_operator_scrape_credential_reaches_cairn_and_the_monitor():
+    manifests = render(
+        f"jwt.secret={SECRET}",
+        "serviceMonitor.enabled=true",
+        "serviceMonitor.tokenSecret.name=scrape",
+    )
+    endpoint = manifests[("ServiceMonitor", "t-cairn")]["spec"]["endpoints"][0]
+    assert endpoint["bearerTokenSecret"] == {"name": "scrape", "key": "metrics-token"}
+    pod = workload(manifests, "StatefulSet")["spec"]["template"]["spec"]
+    env = {variable["name"]: variable.get("value") for variable in pod["containers"][0]["env"]}
+    assert env["CAIRN_METRICS_TOKEN_FILE"] == "/var/run/secrets/cairn/metrics/metrics-token"
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["metrics-token"]["secret"]["secretName"] == "scrape"
+    mounts = {mount["name"]: mount for mount in pod["containers"][0]["volumeMounts"]}
+    assert mounts["metrics-token"]["readOnly"] is True
 
 
 def test_a_config_file_carries_per_tenant_review_policies(tmp_path):

@@ -93,31 +93,50 @@ pub struct Verifier {
     /// The longest lifetime (`exp - iat`) accepted; 0: no limit.
     max_ttl_seconds: u64,
     /// Keys read from a JWKS URL, when one is configured.
-    remote: Option<RemoteKeys>,
+    remote: Option<std::sync::Arc<RemoteKeys>>,
 }
 
-/// How long fetched JWKS keys are used before they are fetched again.
-const JWKS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
-/// The shortest interval between two fetches caused by an unknown `kid`, so that forged
-/// key ids cannot make the service hammer the identity provider.
+/// How many refresh intervals (`CAIRN_JWT_JWKS_REFRESH_SECONDS`, 10 minutes by default)
+/// fetched JWKS keys are trusted when fetching them again keeps failing (an hour by
+/// default): past it, tokens signed with them are refused until a fetch succeeds.
+pub const JWKS_TRUSTED_INTERVALS: u32 = 6;
+/// The shortest interval between two fetches, so that forged key ids cannot make the
+/// service hammer the identity provider.
 const JWKS_MIN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+/// The largest JWKS document read; a key set is a few kilobytes.
+const JWKS_MAX_BYTES: usize = 1024 * 1024;
 
-/// A JWKS served over HTTP(S): cached, fetched again when it is older than
-/// [`JWKS_MAX_AGE`] or when a token names a key id it does not hold.
+/// A JWKS served over HTTP(S): cached and fetched again when it is older than its
+/// refresh interval (in the background: requests go on with the cached keys meanwhile)
+/// or when a token names a key id it does not hold. At most one fetch runs at a time, and a request waits for a fetch only when it
+/// holds no key for its token; requests that waited share the fetch.
 struct RemoteKeys {
     url: String,
     client: reqwest::Client,
+    /// How long fetched keys are used before they are fetched again.
+    refresh_after: std::time::Duration,
     keys: std::sync::RwLock<std::sync::Arc<Vec<VerificationKey>>>,
     /// When the last fetch was tried.
     tried: std::sync::Mutex<Option<std::time::Instant>>,
     /// When keys were last fetched successfully.
     fetched: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Fetches finished, successful or not: a request that waited for one does not make
+    /// another.
+    attempts: std::sync::atomic::AtomicU64,
     /// One fetch at a time.
     fetching: tokio::sync::Mutex<()>,
+    /// Whether a background refresh is under way.
+    refreshing: std::sync::atomic::AtomicBool,
 }
 
 impl RemoteKeys {
-    fn current(&self) -> std::sync::Arc<Vec<VerificationKey>> {
+    /// The keys still trusted: fetched within [`JWKS_TRUSTED_INTERVALS`] refresh intervals.
+    fn usable(&self) -> std::sync::Arc<Vec<VerificationKey>> {
+        let trust = self.refresh_after.saturating_mul(JWKS_TRUSTED_INTERVALS);
+        let trusted = Self::elapsed(&self.fetched).is_some_and(|age| age <= trust);
+        if !trusted {
+            return std::sync::Arc::default();
+        }
         self.keys
             .read()
             .map(|keys| std::sync::Arc::clone(&keys))
@@ -128,35 +147,64 @@ impl RemoteKeys {
         slot.lock().ok().and_then(|at| at.map(|at| at.elapsed()))
     }
 
-    /// Whether a token with this key id calls for a fetch.
-    fn wants_fetch(&self, kid: Option<&str>) -> bool {
-        let stale = Self::elapsed(&self.fetched).is_none_or(|age| age > JWKS_MAX_AGE);
-        let unknown = kid.is_some_and(|kid| {
-            !self
-                .current()
-                .iter()
-                .any(|key| key.key_id.as_deref() == Some(kid))
-        });
-        let allowed = Self::elapsed(&self.tried).is_none_or(|since| since >= JWKS_MIN_INTERVAL);
-        (stale || unknown) && allowed
+    /// Whether a fetch may start now ([`JWKS_MIN_INTERVAL`] after the last one).
+    fn may_fetch(&self) -> bool {
+        Self::elapsed(&self.tried).is_none_or(|since| since >= JWKS_MIN_INTERVAL)
     }
 
-    /// Fetches when a token with this key id calls for it; a request that waited for
-    /// another's fetch checks again, so concurrent requests cause one fetch.
-    async fn refresh_for(&self, kid: Option<&str>) -> Result<(), KeyError> {
-        if !self.wants_fetch(kid) {
+    /// Makes sure a token with this key id can be verified, as far as fetching can: a
+    /// token whose key is held goes on at once (a stale set is refreshed in the
+    /// background); one whose key is not held waits for one fetch, shared with every
+    /// request waiting meanwhile.
+    async fn refresh_for(self: &std::sync::Arc<Self>, kid: Option<&str>) -> Result<(), KeyError> {
+        let usable = self.usable();
+        let held = match kid {
+            Some(kid) => usable.iter().any(|key| key.key_id.as_deref() == Some(kid)),
+            None => !usable.is_empty(),
+        };
+        if held {
+            if Self::elapsed(&self.fetched).is_none_or(|age| age > self.refresh_after) {
+                self.refresh_in_background();
+            }
             return Ok(());
         }
-        let _one = self.fetching.lock().await;
-        if self.wants_fetch(kid) {
-            self.fetch_locked().await?;
+        self.fetch_shared().await
+    }
+
+    /// Starts a fetch on its own task, unless one is under way or was tried just now.
+    fn refresh_in_background(self: &std::sync::Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if !self.may_fetch() || self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
         }
-        Ok(())
+        let keys = std::sync::Arc::clone(self);
+        tokio::spawn(async move {
+            if let Err(error) = keys.fetch_shared().await {
+                tracing::warn!(error = %error, "refreshing the JWKS failed; the cached keys stay in use");
+            }
+            keys.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    /// One fetch, unless another finished while this waited for its turn or one was
+    /// tried within [`JWKS_MIN_INTERVAL`].
+    async fn fetch_shared(&self) -> Result<(), KeyError> {
+        use std::sync::atomic::Ordering;
+        let seen = self.attempts.load(Ordering::Acquire);
+        let _one = self.fetching.lock().await;
+        if self.attempts.load(Ordering::Acquire) != seen || !self.may_fetch() {
+            return Ok(());
+        }
+        let fetched = self.fetch_locked().await;
+        self.attempts.fetch_add(1, Ordering::AcqRel);
+        fetched.map(|_| ())
     }
 
     async fn fetch(&self) -> Result<usize, KeyError> {
         let _one = self.fetching.lock().await;
-        self.fetch_locked().await
+        let fetched = self.fetch_locked().await;
+        self.attempts.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        fetched
     }
 
     /// Fetches the key set; the caller holds `fetching`.
@@ -168,7 +216,7 @@ impl RemoteKeys {
             key: "CAIRN_JWT_JWKS_URL",
             message,
         };
-        let response = self
+        let mut response = self
             .client
             .get(&self.url)
             .send()
@@ -177,10 +225,25 @@ impl RemoteKeys {
         if !response.status().is_success() {
             return Err(key_error(format!("{} answered {}", self.url, response.status())));
         }
-        let text = response
-            .text()
+        let too_large = || key_error(format!("{} answered more than {JWKS_MAX_BYTES} bytes", self.url));
+        if response
+            .content_length()
+            .is_some_and(|length| length > JWKS_MAX_BYTES as u64)
+        {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|error| key_error(format!("cannot read {}: {error}", self.url)))?;
+            .map_err(|error| key_error(format!("cannot read {}: {error}", self.url)))?
+        {
+            if body.len() + chunk.len() > JWKS_MAX_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8(body).map_err(|_| key_error(format!("{} is not UTF-8", self.url)))?;
         let keys = jwks_keys(&text).map_err(|error| KeyError {
             key: "CAIRN_JWT_JWKS_URL",
             message: error.message,
@@ -194,6 +257,23 @@ impl RemoteKeys {
         }
         Ok(count)
     }
+}
+
+/// The JWKS client: a short timeout, and redirects followed only within the URL's own
+/// origin (a key set served from elsewhere is not the identity provider's).
+fn jwks_client() -> reqwest::Result<reqwest::Client> {
+    let same_origin = reqwest::redirect::Policy::custom(|attempt| {
+        let origin = attempt.previous().first().map(reqwest::Url::origin);
+        if attempt.previous().len() > 5 || origin.as_ref() != Some(&attempt.url().origin()) {
+            attempt.stop()
+        } else {
+            attempt.follow()
+        }
+    });
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .redirect(same_origin)
+        .build()
 }
 
 fn decode_header(token: &str) -> Result<jsonwebtoken::Header, AuthError> {
@@ -249,21 +329,27 @@ impl Verifier {
                         message: format!("{url:?} is not an http(s) URL"),
                     });
                 }
-                let client = reqwest::Client::builder()
-                    .timeout(std::time::Duration::from_secs(5))
-                    .build()
-                    .map_err(|error| KeyError {
-                        key: "CAIRN_JWT_JWKS_URL",
-                        message: error.to_string(),
-                    })?;
-                Some(RemoteKeys {
+                if url.starts_with("http://") && !config.dev {
+                    tracing::warn!(
+                        url = %url,
+                        "CAIRN_JWT_JWKS_URL is plain http: anyone on the path can replace the keys that admit callers; use https"
+                    );
+                }
+                let client = jwks_client().map_err(|error| KeyError {
+                    key: "CAIRN_JWT_JWKS_URL",
+                    message: error.to_string(),
+                })?;
+                Some(std::sync::Arc::new(RemoteKeys {
                     url: url.clone(),
                     client,
+                    refresh_after: std::time::Duration::from_secs(config.jwt_jwks_refresh_seconds),
                     keys: std::sync::RwLock::default(),
                     tried: std::sync::Mutex::default(),
                     fetched: std::sync::Mutex::default(),
+                    attempts: std::sync::atomic::AtomicU64::new(0),
                     fetching: tokio::sync::Mutex::default(),
-                })
+                    refreshing: std::sync::atomic::AtomicBool::new(false),
+                }))
             }
             None => None,
         };
@@ -291,11 +377,13 @@ impl Verifier {
         }
     }
 
-    /// [`Verifier::verify`], fetching the JWKS first when it is stale or does not hold
-    /// the token's key id (at most once per [`JWKS_MIN_INTERVAL`]).
+    /// [`Verifier::verify`], fetching the JWKS first when it holds no key for the token
+    /// (at most once per [`JWKS_MIN_INTERVAL`], shared by the requests waiting), and in
+    /// the background when it is stale. HS256 tokens never wait on the JWKS.
     pub async fn verify_fresh(&self, token: &str) -> Result<Principal, AuthError> {
         let header = decode_header(token)?;
         if let Some(remote) = &self.remote
+            && header.alg != Algorithm::HS256
             && let Err(error) = remote.refresh_for(header.kid.as_deref()).await
         {
             tracing::warn!(error = %error, "fetching the JWKS failed; the cached keys stay in use");
@@ -353,7 +441,11 @@ impl Verifier {
     }
 
     fn claims_with_header(&self, token: &str, header: &jsonwebtoken::Header) -> Result<Claims, AuthError> {
-        let remote = self.remote.as_ref().map(RemoteKeys::current).unwrap_or_default();
+        let remote = self
+            .remote
+            .as_ref()
+            .map(|remote| remote.usable())
+            .unwrap_or_default();
         let candidates = self.keys.iter().chain(remote.iter()).filter(|candidate| {
             candidate.algorithm == header.alg
                 && match (&header.kid, &candidate.key_id) {

@@ -63,6 +63,8 @@ pub struct Config {
     pub jwt_public_keys: Option<PathBuf>,
     /// A JWKS served over HTTP(S), cached and fetched again on an unknown `kid`.
     pub jwt_jwks_url: Option<String>,
+    /// How long fetched JWKS keys are used before they are fetched again, in seconds.
+    pub jwt_jwks_refresh_seconds: u64,
     /// Accepted audiences, comma-separated (the token's `aud` must hold one).
     pub jwt_audience: Option<String>,
     /// Accepted issuers, comma-separated.
@@ -161,6 +163,9 @@ pub struct Config {
     pub max_text_chars: usize,
     /// Whether `/metrics` needs an admin token.
     pub metrics_require_auth: bool,
+    /// The operator's scrape credential (at least 32 bytes), sent as a bearer token:
+    /// only it reads the series that name tenants. No tenant token does.
+    pub metrics_token: Option<String>,
     /// OTLP/HTTP collector base URL (traces go to `<url>/v1/traces`); unset disables export.
     pub otlp_endpoint: Option<String>,
     pub log_level: String,
@@ -225,6 +230,7 @@ impl Default for Config {
             jwt_secret: None,
             jwt_public_keys: None,
             jwt_jwks_url: None,
+            jwt_jwks_refresh_seconds: 600,
             jwt_audience: None,
             jwt_issuer: None,
             jwt_leeway_seconds: 30,
@@ -280,6 +286,7 @@ impl Default for Config {
             max_import_bytes: 64 * 1024 * 1024,
             max_text_chars: 8_000,
             metrics_require_auth: false,
+            metrics_token: None,
             otlp_endpoint: None,
             log_level: "info".into(),
             log_format: LogFormat::Json,
@@ -326,6 +333,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("jwt_secret", Kind::Text),
     ("jwt_public_keys", Kind::Text),
     ("jwt_jwks_url", Kind::Text),
+    ("jwt_jwks_refresh_seconds", Kind::Integer),
     ("jwt_audience", Kind::Text),
     ("jwt_issuer", Kind::Text),
     ("jwt_leeway_seconds", Kind::Integer),
@@ -381,6 +389,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("max_import_bytes", Kind::Integer),
     ("max_text_chars", Kind::Integer),
     ("metrics_require_auth", Kind::Boolean),
+    ("metrics_token", Kind::Text),
     ("otlp_endpoint", Kind::Text),
     ("log_level", Kind::Text),
     ("log_format", Kind::Text),
@@ -399,6 +408,7 @@ const KEYS: &[(&str, Kind)] = &[
 /// appended (mounted secrets).
 const SECRETS: &[&str] = &[
     "jwt_secret",
+    "metrics_token",
     "llm_api_key",
     "rerank_api_key",
     "cluster_username",
@@ -819,6 +829,16 @@ impl Config {
             return Err(config_error(
                 "CAIRN_CONSOLIDATION_MAX_BATCHES_PER_RUN",
                 "must be between 1 and 1000",
+            ));
+        }
+        if self
+            .metrics_token
+            .as_deref()
+            .is_some_and(|token| token.len() < 32)
+        {
+            return Err(config_error(
+                "CAIRN_METRICS_TOKEN",
+                "must be at least 32 bytes (a random secret for the operator's scraper)",
             ));
         }
         if !(100..=600_000).contains(&self.cluster_gap_patience_ms) {

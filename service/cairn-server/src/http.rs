@@ -34,6 +34,8 @@ pub struct AppState {
     /// The body limit of an import, which carries a whole user's memory.
     pub max_import_bytes: usize,
     pub metrics_require_auth: bool,
+    /// The operator's scrape credential: the only one that reads per-tenant series.
+    pub metrics_token: Option<String>,
     /// The MCP transport, built once and shared by every worker.
     pub mcp: StreamableHttpService<CairnMcp>,
     /// The HS256 secret console sessions are signed with (none: login links are off).
@@ -72,6 +74,7 @@ impl AppState {
             max_body_bytes,
             max_import_bytes: 64 * 1024 * 1024,
             metrics_require_auth,
+            metrics_token: None,
             login_secret: None,
             redeemed: std::sync::Mutex::default(),
         })

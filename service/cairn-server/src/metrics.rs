@@ -178,6 +178,36 @@ impl Metrics {
         }
     }
 
+    /// The review queue summed over tenants, naming none: outcomes pending and the age
+    /// of the oldest.
+    fn review_totals(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let Ok(reviews) = self.reviews.lock() else {
+            return Vec::new();
+        };
+        let now = chrono::Utc::now();
+        let pending: u64 = reviews.values().map(|(count, _)| count).sum();
+        let oldest = reviews
+            .values()
+            .filter_map(|(_, first)| *first)
+            .min()
+            .map_or(0.0, |at| (now - at).num_milliseconds().max(0) as f64 / 1000.0);
+        let registry = Registry::new_custom(Some("cairn".into()), None);
+        let depth = prometheus::IntGauge::new("review_queue_pending", "Outcomes pending review, all tenants");
+        let age = prometheus::Gauge::new(
+            "review_queue_oldest_pending_seconds",
+            "Age of the oldest outcome pending review, all tenants",
+        );
+        let (Ok(registry), Ok(depth), Ok(age)) = (registry, depth, age) else {
+            return Vec::new();
+        };
+        depth.set(i64::try_from(pending).unwrap_or(i64::MAX));
+        age.set(oldest);
+        if registry.register(Box::new(depth)).is_err() || registry.register(Box::new(age)).is_err() {
+            return Vec::new();
+        }
+        registry.gather()
+    }
+
     /// The review queue gauges: depth and oldest age per tenant, the deepest
     /// [`REVIEW_TENANT_LABELS`] tenants by name and the rest as `other`.
     fn review_families(&self) -> Vec<prometheus::proto::MetricFamily> {
@@ -229,11 +259,16 @@ impl Metrics {
         registry.gather()
     }
 
-    /// The registry in the Prometheus text exposition format.
-    pub fn render(&self) -> String {
+    /// The registry in the Prometheus text exposition format; the review queue per
+    /// tenant when `per_tenant` (the operator's view), else summed over tenants.
+    pub fn render(&self, per_tenant: bool) -> String {
         let mut buffer = Vec::new();
         let mut families = self.registry.gather();
-        families.extend(self.review_families());
+        if per_tenant {
+            families.extend(self.review_families());
+        } else {
+            families.extend(self.review_totals());
+        }
         if TextEncoder::new().encode(&families, &mut buffer).is_err() {
             return String::new();
         }

@@ -699,8 +699,32 @@ async fn readyz(state: State) -> HttpResponse {
     }
 }
 
+/// Whether the request carries the operator's scrape credential (compared in constant
+/// time).
+fn is_operator(state: &AppState, request: &HttpRequest) -> bool {
+    let Some(expected) = state.metrics_token.as_deref() else {
+        return false;
+    };
+    let given = request
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0_u8, |differ, (a, b)| differ | (a ^ b))
+            == 0
+}
+
+/// The Prometheus metrics. Series that name a tenant are shown only to the operator's
+/// credential (`CAIRN_METRICS_TOKEN`); everyone else, tenant admins included, reads
+/// them summed over tenants.
 async fn metrics(state: State, request: HttpRequest) -> Reply {
-    if state.metrics_require_auth {
+    let operator = is_operator(&state, &request);
+    if state.metrics_require_auth && !operator {
         use actix_web::FromRequest;
         let caller = Authenticated::extract(&request).await?;
         if !caller.principal.has(Permission::Admin) {
@@ -713,7 +737,7 @@ async fn metrics(state: State, request: HttpRequest) -> Reply {
     }
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render()))
+        .body(state.metrics.render(operator)))
 }
 
 async fn openapi_document() -> HttpResponse {

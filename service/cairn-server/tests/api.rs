@@ -1524,6 +1524,29 @@ async fn metrics_can_require_an_admin_token() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// With an operator's scrape credential configured, it reads the metrics whether or
+/// not they require a token; a wrong one is no credential at all.
+#[actix_web::test]
+async fn the_operator_credential_reads_the_metrics() {
+    let operator = "operator-scrape-credential-0123456789";
+    let harness = harness_with(|config| {
+        config.metrics_require_auth = true;
+        config.metrics_token = Some(operator.into());
+    })
+    .await;
+    let service = &harness.service;
+    let (status, body, _) = call(service, Method::GET, "/metrics", Some(operator), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body.as_str()
+            .is_some_and(|text| text.contains("cairn_llm_calls_total")),
+        "{body}"
+    );
+    let wrong = "operator-scrape-credential-0123456780";
+    let (status, _, _) = call(service, Method::GET, "/metrics", Some(wrong), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a wrong credential is none");
+}
+
 #[actix_web::test]
 async fn profile_and_time_travel() {
     let harness = harness_with(|_| ()).await;

@@ -116,6 +116,10 @@ spec:
         - name: CAIRN_CONFIG
           value: /etc/cairn/cairn.toml
         {{- end }}
+        {{- if .Values.serviceMonitor.tokenSecret.name }}
+        - name: CAIRN_METRICS_TOKEN_FILE
+          value: /var/run/secrets/cairn/metrics/{{ .Values.serviceMonitor.tokenSecret.key }}
+        {{- end }}
         {{- with .Values.env }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -167,6 +171,11 @@ spec:
           mountPath: /etc/cairn
           readOnly: true
         {{- end }}
+        {{- if .Values.serviceMonitor.tokenSecret.name }}
+        - name: metrics-token
+          mountPath: /var/run/secrets/cairn/metrics
+          readOnly: true
+        {{- end }}
   volumes:
     - name: tmp
       emptyDir: {}
@@ -191,6 +200,12 @@ spec:
     - name: config
       configMap:
         name: {{ include "cairn.fullname" . }}-config
+    {{- end }}
+    {{- with .Values.serviceMonitor.tokenSecret.name }}
+    - name: metrics-token
+      secret:
+        secretName: {{ . }}
+        defaultMode: 0400
     {{- end }}
   {{- with .Values.nodeSelector }}
   nodeSelector:

@@ -412,9 +412,13 @@ async fn two_approvals_at_once_apply_once_and_a_moved_world_refuses() {
     assert!(queue(service, "u2").await.is_empty());
 }
 
+/// The operator's scrape credential in these tests.
+const OPERATOR: &str = "operator-scrape-credential-0123456789";
+
 #[actix_web::test]
 async fn a_tenant_holding_everything_activates_nothing_unreviewed() {
     let harness = harness_with(|config| {
+        config.metrics_token = Some(OPERATOR.into());
         config.tenants.insert(
             "strict".into(),
             cairn_server::config::TenantConfig {
@@ -512,8 +516,22 @@ async fn a_tenant_holding_everything_activates_nothing_unreviewed() {
     .await;
     assert_eq!(status, StatusCode::OK, "admin implies review");
 
-    // The queue shows in the metrics, per tenant.
-    let (_, metrics, _) = call(service, Method::GET, "/metrics", None, None).await;
+    // The queue shows in the metrics: summed for everyone, per tenant for the
+    // operator's scrape credential alone (a tenant's admin token reads no tenant names).
+    for bearer in [None, Some(token("strict", ALL)), Some(token("other", ALL))] {
+        let (_, metrics, _) = call(service, Method::GET, "/metrics", bearer.as_deref(), None).await;
+        let metrics = metrics.as_str().unwrap_or_default();
+        assert!(
+            metrics.contains(&format!("cairn_review_queue_pending {held}")),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("cairn_review_queue_oldest_pending_seconds"),
+            "{metrics}"
+        );
+        assert!(!metrics.contains("tenant=\"strict\""), "{metrics}");
+    }
+    let (_, metrics, _) = call(service, Method::GET, "/metrics", Some(OPERATOR), None).await;
     let metrics = metrics.as_str().unwrap_or_default();
     assert!(
         metrics.contains(&format!("cairn_review_queue_depth{{tenant=\"strict\"}} {held}")),
