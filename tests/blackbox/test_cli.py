@@ -68,6 +68,30 @@ def test_bootstrap_is_idempotent(tmp_path):
     assert (tmp_path / "data" / "cairn.sqlite3").exists()
 
 
+def test_bootstrap_refuses_a_store_a_service_holds(make_server, tmp_path):
+    """Opening the embedded store may upgrade its schema: never under a running server."""
+    server = make_server(tmp_path / "held").start()
+    result = run(["bootstrap"], server.env)
+    assert result.returncode != 0, result.stdout
+    assert "stop the service" in result.stderr, result.stderr
+    server.stop()
+    result = run(["bootstrap"], server.env)
+    assert result.returncode == 0, result.stderr
+
+
+def test_dev_mode_adds_no_secret_beside_an_identity_provider(make_server, tmp_path):
+    """With a JWKS URL configured, development mode generates no HS256 secret: the
+    identity provider's keys are the only ones trusted."""
+    server = make_server(tmp_path / "dev-idp", {"CAIRN_DEV": "true",
+                                                "CAIRN_JWT_JWKS_URL": f"http://127.0.0.1:{free_port()}/jwks.json"})
+    del server.env["CAIRN_JWT_SECRET"]
+    server.start()
+    assert not (tmp_path / "dev-idp" / "dev-jwt-secret").exists()
+    minted = run(["token", "mint", "--tenant", "acme", "--scope", "memory:read"], server.env)
+    if minted.returncode == 0:
+        assert server.call("GET", "/v1/users/u1/facts", minted.stdout.strip()).status == 401
+
+
 def test_healthcheck_reports_readiness_without_a_shell(make_server, tmp_path):
     server = make_server(tmp_path / "health")
     # The service listens on every address; the check asks on loopback.

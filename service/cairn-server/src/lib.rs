@@ -170,7 +170,13 @@ pub fn prepare_cluster(store: ClusterStore, cairn: Cairn) -> tokio::task::JoinHa
 /// The HS256 secret development mode uses when no key is configured: read from the data
 /// directory, or generated there on first use.
 pub fn dev_secret(config: &Config) -> anyhow::Result<Option<String>> {
-    if !config.dev || config.jwt_secret.is_some() || config.jwt_public_keys.is_some() {
+    // Any configured key, an identity provider's JWKS included, is the one to trust:
+    // development mode never adds a secret of its own beside it.
+    if !config.dev
+        || config.jwt_secret.is_some()
+        || config.jwt_public_keys.is_some()
+        || config.jwt_jwks_url.is_some()
+    {
         return Ok(None);
     }
     let path = config.dev_secret_path();

@@ -142,6 +142,9 @@ fn main() -> std::process::ExitCode {
 fn bootstrap(config: &Config) -> anyhow::Result<()> {
     match config.backend {
         Backend::Embedded => {
+            // Opening may upgrade the schema: never under a running service.
+            let _lock = cairn_store_sqlite::lock_data_dir(&config.data_dir)
+                .context("stop the service first: it upgrades the store itself when it starts")?;
             open_store(config)?;
             println!("storage is ready (embedded, {})", config.data_dir.display());
             Ok(())

@@ -28,12 +28,11 @@ pub struct DataDirLock {
 pub fn lock_data_dir(data_dir: &Path) -> Result<DataDirLock> {
     std::fs::create_dir_all(data_dir).map_err(|error| io(data_dir, &error))?;
     let path = data_dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|error| io(&path, &error))?;
+    let mut options = OpenOptions::new();
+    options.create(true).truncate(false).write(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(&path).map_err(|error| io(&path, &error))?;
     match file.try_lock() {
         Ok(()) => Ok(DataDirLock { _file: file }),
         Err(TryLockError::WouldBlock) => Err(Error::Conflict {
@@ -221,6 +220,44 @@ fn private(path: &Path) -> Result<()> {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|error| io(path, &error))?;
     }
+    Ok(())
+}
+
+/// Makes the data directory and the database owner-only whatever the umask: the
+/// directory 0700 (left as it is, with a warning, when this process may not change it,
+/// as on a volume another user owns), the database file created 0600 or made so, and
+/// its write-ahead log and shared memory 0600 where they exist (SQLite creates them
+/// with the database file's mode).
+pub(crate) fn keep_private(data_dir: &Path, database: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Err(error) = std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700)) {
+            tracing::warn!(
+                directory = %data_dir.display(),
+                error = %error,
+                "cannot make the data directory owner-only; keep it from other local users"
+            );
+        }
+        if !database.exists() {
+            match create_private(database) {
+                Ok(_) => {}
+                // Created meanwhile by another opener: made private below.
+                Err(_) if database.exists() => {}
+                Err(error) => return Err(error),
+            }
+        }
+        for suffix in ["", "-wal", "-shm"] {
+            let mut name = database.as_os_str().to_owned();
+            name.push(suffix);
+            let file = PathBuf::from(name);
+            if file.exists() {
+                private(&file)?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (data_dir, database);
     Ok(())
 }
 

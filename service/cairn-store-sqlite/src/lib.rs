@@ -68,6 +68,7 @@ impl SqliteStore {
             ))
         })?;
         let path = data_dir.join(DATABASE_FILE);
+        backup::keep_private(data_dir, &path)?;
         let mut writer = Connection::open(&path).map_err(storage)?;
         schema::configure(&writer).map_err(storage)?;
         // A store written by an older release is copied aside before its schema changes,

@@ -40,6 +40,54 @@ async fn data_survives_reopening() {
     assert_eq!(found.map(|fact| fact.text), Some(record.text));
 }
 
+/// The live store is owner-only whatever the umask: the data directory 0700, and the
+/// database, its write-ahead log, its shared memory and the lock file 0600; a store
+/// whose files an earlier release left readable is made owner-only when it opens.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_store_files_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().expect("temp dir");
+    let directory = parent.path().join("data");
+    let mode = |name: &str| {
+        let path = if name.is_empty() {
+            directory.clone()
+        } else {
+            directory.join(name)
+        };
+        std::fs::metadata(&path)
+            .map(|metadata| metadata.permissions().mode() & 0o777)
+            .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+    };
+    let scope = cairn_store_tests::scope("acme", "alice");
+    {
+        let _lock = cairn_store_sqlite::lock_data_dir(&directory).expect("lock");
+        let store = SqliteStore::open(&directory).expect("open");
+        insert_fact(&store, &scope, "The user keeps a diary").await;
+        for name in [
+            "",
+            "cairn.sqlite3",
+            "cairn.sqlite3-wal",
+            "cairn.sqlite3-shm",
+            "cairn.lock",
+        ] {
+            let expected = if name.is_empty() { 0o700 } else { 0o600 };
+            assert_eq!(mode(name), expected, "{name:?}: {:o}", mode(name));
+        }
+    }
+    // As an earlier release left them, under a umask of 022.
+    for name in ["cairn.sqlite3", "cairn.sqlite3-wal", "cairn.sqlite3-shm"] {
+        let path = directory.join(name);
+        if path.exists() {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        }
+    }
+    std::fs::set_permissions(&directory, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let _reopened = SqliteStore::open(&directory).expect("reopen");
+    assert_eq!(mode(""), 0o700);
+    assert_eq!(mode("cairn.sqlite3"), 0o600);
+}
+
 /// Erased text is gone from the files, not only from queries: the database's freed
 /// pages are zeroed and the write-ahead log holding their earlier images is truncated.
 #[tokio::test]
