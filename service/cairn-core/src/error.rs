@@ -1,5 +1,9 @@
 //! The error type shared by the domain, the use cases and every store adapter.
 
+/// Separates the general statement of an unavailable store's error from the specifics
+/// that only the operator sees (see [`Error::public_detail`]).
+pub const SPECIFICS: &str = " — ";
+
 /// The closed set of machine codes an error carries, part of the public contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -142,6 +146,17 @@ impl Error {
         match self {
             Error::Unavailable(reason) => reason.clone(),
             other => other.to_string(),
+        }
+    }
+
+    /// [`Error::detail`] without the specifics a backend adds after [`SPECIFICS`] (the
+    /// cluster's own refusal text, with its accounts, realms and host names): what is
+    /// wrong in general terms, for a caller who is not the operator.
+    pub fn public_detail(&self) -> String {
+        let detail = self.detail();
+        match detail.split_once(SPECIFICS) {
+            Some((general, _)) => general.to_owned(),
+            None => detail,
         }
     }
 

@@ -10,8 +10,13 @@ use crate::error::ErrorCode;
 use crate::error::{Error, Result};
 use std::fmt;
 
+/// 1–128 characters of `[A-Za-z0-9._:@-]`, and not `.` or `..`: those are dot segments
+/// of a URL path, which clients remove before a request is sent, so a user with such an
+/// id could never be addressed (not read, not erased).
 fn valid_identifier(value: &str) -> bool {
     (1..=128).contains(&value.len())
+        && value != "."
+        && value != ".."
         && value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
@@ -30,7 +35,7 @@ macro_rules! identifier {
                 } else {
                     Err(Error::invalid(
                         $field,
-                        "must be 1-128 characters of letters, digits and . _ : @ -",
+                        "must be 1-128 characters of letters, digits and . _ : @ - (not . or ..)",
                     ))
                 }
             }
@@ -273,6 +278,12 @@ mod tests {
         assert!(UserId::parse("../etc").is_err());
         assert!(UserId::parse(&"x".repeat(129)).is_err());
         assert!(UserId::parse(&"x".repeat(128)).is_ok());
+        // Dot segments, which clients drop from a URL path: no user could be addressed.
+        for dots in [".", ".."] {
+            assert!(UserId::parse(dots).is_err(), "{dots}");
+            assert!(TenantId::parse(dots).is_err(), "{dots}");
+        }
+        assert!(UserId::parse("...").is_ok() && UserId::parse(".a").is_ok());
     }
 
     #[test]

@@ -673,10 +673,10 @@ pub fn mint(
     private_key_pem: Option<&[u8]>,
 ) -> anyhow::Result<String> {
     TenantId::parse(&request.tenant)
-        .map_err(|_| anyhow::anyhow!("--tenant: must be 1-128 chars of [A-Za-z0-9._:@-]"))?;
+        .map_err(|_| anyhow::anyhow!("--tenant: must be 1-128 chars of [A-Za-z0-9._:@-], not . or .."))?;
     if let Some(user) = &request.user {
         UserId::parse(user)
-            .map_err(|_| anyhow::anyhow!("--user: must be 1-128 chars of [A-Za-z0-9._:@-]"))?;
+            .map_err(|_| anyhow::anyhow!("--user: must be 1-128 chars of [A-Za-z0-9._:@-], not . or .."))?;
     }
     for scope in &request.scopes {
         if Permission::parse(scope).is_none() {

@@ -87,7 +87,7 @@ fn path_parameters(path: &str) -> Vec<Value> {
         .map(|name| {
             let (schema, description) = if *name == "user" {
                 (
-                    json!({ "type": "string", "pattern": "^[A-Za-z0-9._:@-]{1,128}$" }),
+                    json!({ "type": "string", "pattern": "^(?!\\.{1,2}$)[A-Za-z0-9._:@-]{1,128}$" }),
                     "the user whose memory this is, inside the token's tenant",
                 )
             } else if path.contains("/entities/") {

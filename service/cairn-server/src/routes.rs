@@ -664,7 +664,7 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(wire::Liveness { status: "ok" })
 }
 
-async fn readyz(state: State) -> HttpResponse {
+async fn readyz(state: State, request: HttpRequest) -> HttpResponse {
     match state.cairn.ready().await {
         Ok(()) => {
             let models = if state.cairn.has_embedder() {
@@ -684,9 +684,15 @@ async fn readyz(state: State) -> HttpResponse {
         }
         Err(error) => {
             tracing::warn!(error = %error, "store not ready");
-            // What an operator must fix (credentials rejected, an unknown CA, the node
-            // down); messages from the store never hold a secret.
-            let detail = error.detail();
+            // What is wrong in general terms (credentials rejected, an unknown CA, the
+            // node down); the cluster's own words, which name its accounts, realms and
+            // hosts, are for the log and the operator's credential alone. Messages from
+            // the store never hold a secret.
+            let detail = if is_operator(&state, &request) {
+                error.detail()
+            } else {
+                error.public_detail()
+            };
             HttpResponse::ServiceUnavailable().json(wire::Readiness {
                 status: "unavailable",
                 checks: wire::ReadinessChecks {

@@ -1524,6 +1524,70 @@ async fn metrics_can_require_an_admin_token() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// `.` and `..` are refused as user ids: clients drop them from URL paths as dot
+/// segments, so such a user could never be read or erased again.
+#[actix_web::test]
+async fn dot_segments_are_no_user_ids() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    for user in ["%2E", "%2E%2E"] {
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            &format!("/v1/users/{user}/facts"),
+            Some(&owner),
+            Some(json!({ "text": "The user hides behind a dot" })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{user}: {body}");
+    }
+    let (status, body) = write(service, &owner, "...", json!({ "text": "Three dots are a name" })).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+/// `/readyz` says what is wrong with the store in general terms; the cluster's own
+/// words (which name its hosts, accounts and realms) are for the operator's credential.
+#[actix_web::test]
+async fn readiness_keeps_the_clusters_words_for_the_operator() {
+    use cairn_server::config::Backend;
+    let operator = "operator-scrape-credential-0123456789";
+    let harness = harness_with(|config| {
+        config.backend = Backend::Opensearch;
+        config.cluster_url = Some("http://127.0.0.1:9".into());
+        config.metrics_token = Some(operator.into());
+    })
+    .await;
+    let service = &harness.service;
+    // Bootstrap tries the node in the background: its failure shows once it has.
+    let mut public = Value::Null;
+    for _ in 0..50 {
+        let (status, body, _) = call(service, Method::GET, "/readyz", None, None).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        public = body;
+        if public["detail"]
+            .as_str()
+            .is_some_and(|detail| detail.contains("unreachable"))
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let detail = public["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("unreachable"), "{public}");
+    assert!(
+        !detail.contains("127.0.0.1"),
+        "no host in the public detail: {public}"
+    );
+    let (_, operator_view, _) = call(service, Method::GET, "/readyz", Some(operator), None).await;
+    assert!(
+        operator_view["detail"]
+            .as_str()
+            .is_some_and(|detail| detail.contains("127.0.0.1")),
+        "{operator_view}"
+    );
+}
+
 /// With an operator's scrape credential configured, it reads the metrics whether or
 /// not they require a token; a wrong one is no credential at all.
 #[actix_web::test]

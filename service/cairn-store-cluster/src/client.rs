@@ -292,7 +292,7 @@ impl Cluster {
         } else {
             "search cluster unreachable"
         };
-        Error::Unavailable(format!("{diagnosis}: {chain}"))
+        Error::Unavailable(format!("{diagnosis}{}{chain}", cairn_core::error::SPECIFICS))
     }
 
     /// An `Unavailable` error for a 401 or 403: the credentials were rejected, or lack a
@@ -312,13 +312,15 @@ impl Cluster {
         let reason = self.mask(&reason);
         if status == 401 {
             Error::Unavailable(format!(
-                "the search cluster rejected the credentials ({}; 401): {reason}",
-                self.credentials
+                "the search cluster rejected the credentials ({}; 401){}{reason}",
+                self.credentials,
+                cairn_core::error::SPECIFICS
             ))
         } else {
             Error::Unavailable(format!(
-                "the search cluster refused the request ({}; 403): {reason}",
-                self.credentials
+                "the search cluster refused the request ({}; 403){}{reason}",
+                self.credentials,
+                cairn_core::error::SPECIFICS
             ))
         }
     }
