@@ -60,6 +60,19 @@ def test_mint_validates_its_arguments(tmp_path):
     assert result.returncode != 0 and "--ttl" in result.stderr
 
 
+def test_mint_makes_tokens_its_own_server_accepts(make_server, tmp_path):
+    """Audience and issuer allow-lists and a maximum lifetime: the CLI mints with the
+    first of each list, and refuses a lifetime the server would refuse."""
+    server = make_server(tmp_path / "lists", {"CAIRN_JWT_AUDIENCE": "memory-api, other-api",
+                                              "CAIRN_JWT_ISSUER": "https://idp.example, https://old.example",
+                                              "CAIRN_JWT_MAX_TTL_SECONDS": "600"}).start()
+    too_long = run(["token", "mint", "--tenant", "acme", "--scope", "memory:read", "--ttl", "1h"], server.env)
+    assert too_long.returncode != 0
+    assert "--ttl" in too_long.stderr and "CAIRN_JWT_MAX_TTL_SECONDS" in too_long.stderr, too_long.stderr
+    token = server.mint("acme", ttl="5m")
+    assert server.call("GET", "/v1/users/u1/facts", token).status == 200
+
+
 def test_bootstrap_is_idempotent(tmp_path):
     env = base_env(tmp_path)
     for _ in range(2):

@@ -514,9 +514,16 @@ fn run() -> anyhow::Result<()> {
                     .collect(),
                 user,
                 ttl_seconds: parse_ttl(&ttl)?,
-                audience: config.jwt_audience.clone(),
-                issuer: config.jwt_issuer.clone(),
+                // The server accepts any audience and issuer of its lists: the first.
+                audience: first_of_list(config.jwt_audience.as_deref()),
+                issuer: first_of_list(config.jwt_issuer.as_deref()),
             };
+            let longest = i64::try_from(config.jwt_max_ttl_seconds).unwrap_or(i64::MAX);
+            if longest > 0 && request.ttl_seconds > longest {
+                anyhow::bail!(
+                    "--ttl: the server accepts tokens of at most {longest} s (CAIRN_JWT_MAX_TTL_SECONDS); ask for less"
+                );
+            }
             if ui {
                 let ticket = mint_login_ticket(&request, secret.as_deref(), private_key.as_deref())?;
                 let scheme = if config.tls_cert.is_some() {
@@ -575,4 +582,13 @@ fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!("cairn stopped");
     telemetry.shutdown();
     result
+}
+
+/// The first entry of a comma-separated list setting.
+fn first_of_list(value: Option<&str>) -> Option<String> {
+    value?
+        .split(',')
+        .map(str::trim)
+        .find(|entry| !entry.is_empty())
+        .map(str::to_owned)
 }
