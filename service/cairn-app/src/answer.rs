@@ -26,6 +26,9 @@ const MAX_CITATIONS: usize = 3;
 /// Memories recalled for an extractive answer, and shown to an answerer.
 const EXTRACTIVE_RECALL: usize = 5;
 const SHOWN_TO_ANSWERER: usize = 8;
+/// Names of a question put to the lookup of the user's own name, at most: one recall
+/// answers for all of them.
+const NAMES_ASKED: usize = 8;
 /// Facts looked at for the user's own name.
 const NAME_LOOKUP: usize = 3;
 
@@ -99,12 +102,9 @@ impl Cairn {
             return Ok(answer);
         }
         // Refused for a name: if the name is the user's own, every memory is about them.
-        let mut own = HashSet::new();
-        for name in &asked {
-            if self.is_users_name(scope, name, request.as_of).await? {
-                own.insert(name.clone());
-            }
-        }
+        // One lookup of the user's name slot, however many names the question holds.
+        let users = self.users_names(scope, &asked, request.as_of).await?;
+        let own: HashSet<String> = asked.intersection(&users).cloned().collect();
         if own.is_empty() {
             return Ok(answer);
         }
@@ -112,21 +112,37 @@ impl Cairn {
         Ok(extractive(&query, &result.hits, threshold, &others))
     }
 
-    /// Whether a current fact of the scope in the user's name slot (the one consolidation
-    /// keeps, `language::slot`) names `name` (lower-cased).
-    async fn is_users_name(&self, scope: &Scope, name: &str, as_of: Option<DateTime<Utc>>) -> Result<bool> {
-        let mut recall = RecallRequest::new(format!("the user's name is {name}"));
+    /// The names (lower-cased) that current facts of the scope in the user's name slot
+    /// (the one consolidation keeps, `language::slot`) give, found by one recall that
+    /// asks for the user's name among the `asked` ones (the first [`NAMES_ASKED`]).
+    async fn users_names(
+        &self,
+        scope: &Scope,
+        asked: &HashSet<String>,
+        as_of: Option<DateTime<Utc>>,
+    ) -> Result<HashSet<String>> {
+        let mut candidates: Vec<&String> = asked.iter().collect();
+        candidates.sort();
+        candidates.truncate(NAMES_ASKED);
+        let names: Vec<&str> = candidates.into_iter().map(String::as_str).collect();
+        let mut recall = RecallRequest::new(format!("the user's name is {}", names.join(" or ")));
         recall.tiers = vec![Tier::Semantic];
         recall.k = Some(NAME_LOOKUP);
         recall.as_of = as_of;
         let result = self.recall(scope, recall).await?;
-        Ok(result.hits.iter().any(|hit| match &hit.memory {
-            Memory::Fact(fact) => {
-                language::slot(&fact.text).is_some_and(|slot| slot.name() == "name")
-                    && language::names(&fact.text).contains(name)
-            }
-            Memory::Episode(_) | Memory::Playbook(_) => false,
-        }))
+        Ok(result
+            .hits
+            .iter()
+            .filter_map(|hit| match &hit.memory {
+                Memory::Fact(fact)
+                    if language::slot(&fact.text).is_some_and(|slot| slot.name() == "name") =>
+                {
+                    Some(language::names(&fact.text))
+                }
+                Memory::Fact(_) | Memory::Episode(_) | Memory::Playbook(_) => None,
+            })
+            .flatten()
+            .collect())
     }
 }
 

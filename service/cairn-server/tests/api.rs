@@ -1524,6 +1524,58 @@ async fn metrics_can_require_an_admin_token() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// An answer's work is bounded whatever its question holds: however many names it
+/// asks about, the user's own name is looked up by one recall, not one per name. Each
+/// recall counts a use of the facts it finds, so the user's name fact counts the
+/// lookups.
+#[actix_web::test]
+async fn an_answer_looks_up_the_users_name_once_for_any_number_of_names() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (status, written) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user's name is Caroline" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{written}");
+    let id = written["fact"]["id"].as_str().expect("id").to_owned();
+    let uses = || async {
+        harness.state.cairn.flush_usage().await.expect("flush");
+        let (_, fact, _) = call(
+            service,
+            Method::GET,
+            &format!("/v1/users/u1/facts/{id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+        fact["use_count"].as_u64().unwrap_or(0)
+    };
+    let before = uses().await;
+    let names: Vec<String> = (0..50)
+        .map(|index| format!("Zo{}{}", (b'a' + index / 26) as char, (b'a' + index % 26) as char))
+        .collect();
+    let question = format!("What did {} paint?", names.join(", "));
+    let (status, answer, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/answer",
+        Some(&owner),
+        Some(json!({ "query": question })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["known"], false, "{answer}");
+    let looked_up = uses().await - before;
+    assert!(
+        looked_up <= 2,
+        "the name fact was found by {looked_up} recalls for one answer"
+    );
+}
+
 /// `.` and `..` are refused as user ids: clients drop them from URL paths as dot
 /// segments, so such a user could never be read or erased again.
 #[actix_web::test]
