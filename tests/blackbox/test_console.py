@@ -326,8 +326,19 @@ def test_a_login_link_signs_a_tab_in_once_and_is_no_bearer_token(server, browser
     assert server.call("GET", "/v1/users/alice/facts", token=token).status == 200
     assert browser.execute_script("return window.localStorage.length") == 0
 
+    # A link opened into the signed-in tab, here another tenant's, never switches its
+    # session: the ticket is dropped from the address bar, unused.
+    other = server.mint("intruder", scope="memory:read", extra=("--ui", "--url", server.base))
+    browser.get(other)
+    wait(browser, lambda driver: "ticket" not in driver.current_url)
+    assert browser.execute_script("return sessionStorage.getItem('cairn.inspector.token')") == token
+    assert "intruder" not in browser.find_element(By.ID, "tenant").text
+    unused = server.call("POST", "/ui/session", body={"ticket": other.split("#ticket=", 1)[1]})
+    assert unused.status == 200, unused.body
+
     # A ticket works once.
     again = server.call("POST", "/ui/session", body={"ticket": ticket})
     assert again.status == 401 and "already used" in again.json()["error"]["message"]
+    browser.execute_script("sessionStorage.clear()")
     browser.get(f"{server.base}/ui#ticket={ticket}")
     wait(browser, ready.presence_of_element_located(css("#sign-in .error")))

@@ -551,6 +551,13 @@ fn principal_from_claims(claims: Claims) -> Result<Principal, AuthError> {
     if claims.sub.trim().is_empty() {
         return Err(AuthError::Invalid("empty sub".into()));
     }
+    // The subject is written to logs and the audit trail: a control character (a line
+    // break) could forge lines in a text log. No identity provider issues one.
+    if claims.sub.chars().any(char::is_control) || claims.sub.len() > 256 {
+        return Err(AuthError::Invalid(
+            "sub: at most 256 bytes, without control characters".into(),
+        ));
+    }
     let tenant =
         TenantId::parse(&claims.tenant).map_err(|_| AuthError::Invalid("bad tenant claim".into()))?;
     let user = claims

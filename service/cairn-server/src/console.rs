@@ -27,6 +27,8 @@ fn asset(content_type: &'static str, body: &'static str) -> HttpResponse {
         ))
         .insert_header((header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")))
         .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-cache")))
+        // Browsers older than `frame-ancestors` honour this instead.
+        .insert_header((header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")))
         .body(body);
     response.headers_mut().insert(
         header::CONTENT_SECURITY_POLICY,
@@ -81,10 +83,14 @@ async fn session(
         .map_err(|error| ApiError::Core(cairn_core::Error::Storage(format!("minting a session: {error}"))))?;
     tracing::info!(tenant = %claims.tenant, subject = %claims.sub, "console login ticket redeemed");
     let expires_at = chrono::DateTime::from_timestamp(expires, 0).unwrap_or_else(chrono::Utc::now);
-    Ok(HttpResponse::Ok().json(wire::LoginResponse {
-        token,
-        expires_at: wire::Timestamp(expires_at),
-    }))
+    // The answer is a bearer token: no cache may keep it.
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
+        .insert_header((header::PRAGMA, HeaderValue::from_static("no-cache")))
+        .json(wire::LoginResponse {
+            token,
+            expires_at: wire::Timestamp(expires_at),
+        }))
 }
 
 pub fn register(config: &mut web::ServiceConfig) {

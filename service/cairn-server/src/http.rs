@@ -36,6 +36,9 @@ pub struct AppState {
     pub metrics_require_auth: bool,
     /// The operator's scrape credential: the only one that reads per-tenant series.
     pub metrics_token: Option<String>,
+    /// Whether the service answers over its own TLS: every answer then carries
+    /// `Strict-Transport-Security`.
+    pub strict_transport: bool,
     /// The MCP transport, built once and shared by every worker.
     pub mcp: StreamableHttpService<CairnMcp>,
     /// The HS256 secret console sessions are signed with (none: login links are off).
@@ -75,6 +78,7 @@ impl AppState {
             max_import_bytes: 64 * 1024 * 1024,
             metrics_require_auth,
             metrics_token: None,
+            strict_transport: false,
             login_secret: None,
             redeemed: std::sync::Mutex::default(),
         })
@@ -244,6 +248,12 @@ async fn request_middleware(
         response
             .headers_mut()
             .insert(HeaderName::from_static(REQUEST_ID_HEADER), value);
+    }
+    if state.as_ref().is_some_and(|state| state.strict_transport) {
+        response.headers_mut().insert(
+            actix_web::http::header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
     }
     if let Some(state) = state {
         state

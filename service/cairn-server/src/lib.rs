@@ -344,6 +344,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<http::AppState> {
     state.consolidation_run_cost = config.consolidation_run_cost;
     state.max_import_bytes = config.max_import_bytes;
     state.metrics_token = config.metrics_token.clone();
+    state.strict_transport = config.tls_cert.is_some();
     state.login_secret = secret.or_else(|| config.jwt_secrets().first().map(|secret| (*secret).to_owned()));
     Ok(state)
 }

@@ -225,11 +225,16 @@ async fn a_used_login_ticket_is_refused_through_the_clock_leeway() {
             Some(json!({ "ticket": ticket })),
         )
     };
-    let (status, body, _) = redeem().await;
+    let (status, body, headers) = redeem().await;
     assert_eq!(
         status,
         StatusCode::OK,
         "expired 2 s ago, inside the 30 s leeway: {body}"
+    );
+    assert_eq!(
+        headers.get("cache-control").and_then(|value| value.to_str().ok()),
+        Some("no-store"),
+        "the answer is a token no cache may keep"
     );
     for _ in 0..3 {
         let (status, body, _) = redeem().await;
@@ -1574,6 +1579,58 @@ async fn an_answer_looks_up_the_users_name_once_for_any_number_of_names() {
         looked_up <= 2,
         "the name fact was found by {looked_up} recalls for one answer"
     );
+}
+
+/// The console cannot be framed even by browsers older than CSP's `frame-ancestors`,
+/// and a service on its own TLS tells browsers to keep to HTTPS.
+#[actix_web::test]
+async fn the_console_refuses_frames_and_tls_asks_for_strict_transport() {
+    let plain = harness_with(|_| ()).await;
+    let (status, _, headers) = call(&plain.service, Method::GET, "/ui", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        headers
+            .get("x-frame-options")
+            .and_then(|value| value.to_str().ok()),
+        Some("DENY")
+    );
+    assert!(
+        headers.get("strict-transport-security").is_none(),
+        "not over plain HTTP"
+    );
+    let secured = harness_with(|config| {
+        config.tls_cert = Some("/etc/cairn/tls.crt".into());
+        config.tls_key = Some("/etc/cairn/tls.key".into());
+    })
+    .await;
+    for path in ["/healthz", "/ui"] {
+        let (_, _, headers) = call(&secured.service, Method::GET, path, None, None).await;
+        assert_eq!(
+            headers
+                .get("strict-transport-security")
+                .and_then(|value| value.to_str().ok()),
+            Some("max-age=31536000"),
+            "{path}"
+        );
+    }
+}
+
+/// A token whose subject holds a line break (which could forge lines in a text log and
+/// the audit trail) or runs past 256 bytes is refused.
+#[actix_web::test]
+async fn a_subject_with_control_characters_is_refused() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let now = chrono::Utc::now().timestamp();
+    let long = "s".repeat(257);
+    for sub in ["svc\nINFO forged line", "svc\r", long.as_str()] {
+        let forged = signed(
+            json!({ "sub": sub, "tenant": "acme", "scope": "memory:read", "exp": now + 600, "iat": now }),
+            SECRET,
+        );
+        let (status, body, _) = call(service, Method::GET, "/v1/users/u1/facts", Some(&forged), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{sub:?}: {body}");
+    }
 }
 
 /// `.` and `..` are refused as user ids: clients drop them from URL paths as dot

@@ -530,11 +530,14 @@ function route() {
 }
 
 /** A login link (`cairn token mint --ui`) carries a one-time ticket in the fragment:
- * it is taken out of the address bar at once and exchanged for a session token. */
+ * it is taken out of the address bar at once and exchanged for a session token, only in
+ * a tab that holds no session. A link opened into a signed-in console (a crafted one
+ * among them) never switches it to another session: signing out comes first. */
 async function redeemTicket() {
   const match = location.hash.match(/^#ticket=([A-Za-z0-9_.-]+)$/);
   if (!match) return;
   history.replaceState(null, "", `${location.pathname}#/`);
+  if (token()) return;
   try {
     const response = await fetch("/ui/session", {
       method: "POST",

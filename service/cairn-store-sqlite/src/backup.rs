@@ -71,22 +71,42 @@ pub fn backup(data_dir: &Path, to: &Path) -> Result<BackupReport> {
     source
         .busy_timeout(std::time::Duration::from_secs(30))
         .map_err(storage)?;
-    let partial = partial_name(to);
-    copy_into(&source, &partial)?;
-    let checked = check(&partial).and_then(|version| {
-        std::fs::rename(&partial, to).map_err(|error| io(to, &error))?;
-        Ok(version)
-    });
-    match checked {
-        Ok(schema_version) => Ok(BackupReport {
-            bytes: std::fs::metadata(to).map_err(|error| io(to, &error))?.len(),
-            schema_version,
-        }),
-        Err(error) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(error)
-        }
-    }
+    // The copy is written in a directory of its own, owner-only, beside `to`: in a
+    // directory other local users may write to, none of them can swap the file for a
+    // link between its creation and the copy into it.
+    let staging = private_directory_beside(to)?;
+    let partial = staging.join("backup.sqlite3");
+    let checked = copy_into(&source, &partial)
+        .and_then(|()| check(&partial))
+        .and_then(|version| {
+            std::fs::rename(&partial, to).map_err(|error| io(to, &error))?;
+            Ok(version)
+        });
+    let _ = std::fs::remove_dir_all(&staging);
+    let schema_version = checked?;
+    Ok(BackupReport {
+        bytes: std::fs::metadata(to).map_err(|error| io(to, &error))?.len(),
+        schema_version,
+    })
+}
+
+/// A new directory beside `path` (`<path>.partial-<pid>-<nanos>`), created, never
+/// reused, readable by its owner only.
+fn private_directory_beside(path: &Path) -> Result<PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or_default();
+    let mut name = partial_name(path).into_os_string();
+    name.push(format!("-{}-{nanos}", std::process::id()));
+    let directory = PathBuf::from(name);
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(&directory)
+        .map_err(|error| io(&directory, &error))?;
+    Ok(directory)
 }
 
 /// What a restore did.

@@ -382,6 +382,13 @@ async fn a_backup_under_writes_restores_every_acknowledged_write() {
     writer.await.expect("writer");
     assert!(before.len() > 5, "writes went on: {}", before.len());
     assert_eq!(report.schema_version, 7);
+    // The copy was staged in an owner-only directory of its own, removed after.
+    let staged: Vec<String> = std::fs::read_dir(directory.path())
+        .expect("list")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.contains(".partial"))
+        .collect();
+    assert!(staged.is_empty(), "{staged:?}");
     assert!(report.bytes > 0);
     #[cfg(unix)]
     {
