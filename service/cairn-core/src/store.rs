@@ -62,7 +62,7 @@ pub enum Change {
         reason: Option<String>,
         at: DateTime<Utc>,
     },
-    /// Erases the fact, its vector, its index entries and its edges.
+    /// Erases the fact, its vector, its index entries, its edges and its reviews.
     /// Precondition: the fact is in scope.
     EraseFact {
         fact_id: String,

@@ -913,6 +913,8 @@ async fn forget_fact(caller: Authenticated, path: ItemPath, state: State) -> Rep
     let (user, id) = path.into_inner();
     let scope = caller.scope(&user, Permission::Write)?;
     state.cairn.forget_fact(&scope, &caller.context, &id).await?;
+    // A held fact's review went with it.
+    state.metrics.refresh_review_queue(&state.cairn, &scope).await;
     Ok(HttpResponse::Ok().json(wire::Forgotten { forgotten: id }))
 }
 

@@ -596,6 +596,10 @@ impl ClusterStore {
             { "term": { "from_fact_id": fact_id } }, { "term": { "to_fact_id": fact_id } }
         ], "minimum_should_match": 1 } });
         self.erase_where(scope, "edges", vec![touching]).await?;
+        // Its reviews go with it: a held one could be neither approved nor rejected any
+        // more, and their reasons speak of its value.
+        self.erase_where(scope, "reviews", vec![json!({ "term": { "fact_id": fact_id } })])
+            .await?;
         Ok(())
     }
 

@@ -556,8 +556,14 @@ fn erase_fact(transaction: &Transaction<'_>, scope: &Scope, fact_id: &str) -> Re
     let Some(seq) = seq else {
         return Err(Error::NotFound { what: "fact" });
     };
-    let statements: [(&str, Vec<&dyn rusqlite::ToSql>); 4] = [
+    let statements: [(&str, Vec<&dyn rusqlite::ToSql>); 5] = [
         ("DELETE FROM facts_fts WHERE rowid = ?1", vec![&seq]),
+        // The reviews of a forgotten fact go with it: a held one could be neither
+        // approved nor rejected any more, and their reasons speak of its value.
+        (
+            "DELETE FROM reviews WHERE tenant = ?1 AND user_id = ?2 AND fact_id = ?3",
+            vec![&tenant, &user, &fact_id],
+        ),
         (
             "DELETE FROM edges WHERE tenant = ?1 AND user_id = ?2 AND (from_fact_id = ?3 OR to_fact_id = ?3)",
             vec![&tenant, &user, &fact_id],

@@ -41,6 +41,7 @@ macro_rules! conformance_suite {
             derived_writes_need_their_episodes,
             erasure_fences_what_began_before_it,
             imports_claim_the_scope_one_at_a_time,
+            forgetting_a_held_fact_takes_its_review,
             no_read_crosses_a_scope,
             audit_keys_belong_to_their_scope_and_die_with_it,
             whole_set_reads_are_never_cut_short,
@@ -3117,6 +3118,68 @@ fn resolve(scope: &Scope, review: &Review, status: ReviewStatus) -> Change {
         by: format!("{}-reviewer", scope.user()),
         note: None,
     }
+}
+
+/// Forgetting a fact held for review takes its review with it: none is left that could
+/// be neither approved nor rejected, in the queue or its counts. Others stay.
+pub async fn forgetting_a_held_fact_takes_its_review(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let start = Utc::now() - Duration::seconds(60);
+    let mut held = Vec::new();
+    for (offset, text) in ["The user owns a kayak", "The user owns a canoe"]
+        .into_iter()
+        .enumerate()
+    {
+        let pending = Fact {
+            status: FactStatus::Pending,
+            ..fact(text, start + Duration::seconds(offset as i64))
+        };
+        let waiting = review(ReviewKind::NewFact, &pending, None, pending.created_at);
+        store
+            .commit(&alice, hold(&alice, &pending, &waiting))
+            .await
+            .expect("hold");
+        held.push((pending, waiting));
+    }
+    let (forgotten, its_review) = &held[0];
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "fact.forget")).with(Change::EraseFact {
+                fact_id: forgotten.id.clone(),
+            }),
+        )
+        .await
+        .expect("forget the held fact");
+    assert!(
+        store
+            .get_review(&alice, &its_review.id)
+            .await
+            .expect("get")
+            .is_none(),
+        "its review went with it"
+    );
+    let page = PageRequest {
+        limit: 10,
+        cursor: None,
+    };
+    let queue: Vec<String> = store
+        .list_reviews(&alice, &page)
+        .await
+        .expect("reviews")
+        .items
+        .into_iter()
+        .map(|review| review.id)
+        .collect();
+    assert_eq!(queue, vec![held[1].1.id.clone()], "the other stays");
+    assert_eq!(
+        store
+            .review_summary(&tenant_scope("acme"))
+            .await
+            .expect("summary")
+            .total(),
+        1
+    );
 }
 
 pub async fn reviews_hold_a_change_until_one_reviewer_decides(store: Arc<dyn MemoryStore>) {
