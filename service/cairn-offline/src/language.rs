@@ -334,12 +334,20 @@ pub fn content_tokens(text: &str) -> HashSet<String> {
         .collect()
 }
 
-/// Whether `said` states `value`: every content word of the value (stemmed, more than
-/// one letter; generic words such as "user" left out, so "The user lives in Porto" is
-/// stated by "I live in Porto") occurs in what was said.
+/// Whether `said` states `value`: every content word of the value (more than one
+/// letter; generic words such as "user" left out, so "The user lives in Porto" is
+/// stated by "I live in Porto") occurs in what was said, both reduced by the Porter
+/// stemmer, the one recall matches words with ("lives", "live" and "living" meet).
 pub fn states_value(said: &str, value: &str) -> bool {
-    let words = content_tokens(said);
-    let needed: Vec<String> = content_tokens(value)
+    let stems = |text: &str| -> HashSet<String> {
+        tokens(text)
+            .into_iter()
+            .filter(|token| !GENERIC.contains(&token.as_str()))
+            .map(|token| cairn_core::porter::stem(&token))
+            .collect()
+    };
+    let words = stems(said);
+    let needed: Vec<String> = stems(value)
         .into_iter()
         .filter(|token| token.chars().count() > 1)
         .collect();
@@ -1624,6 +1632,35 @@ pub fn shares_subject(left: &str, right: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    /// The user's own restatement of a value states it, in the forms people say it.
+    #[test]
+    fn natural_restatements_state_the_value() {
+        let table = [
+            ("The user lives in Oslo.", "I live in Oslo."),
+            ("The user lives in Oslo.", "I'm living in Oslo again"),
+            ("The user works as a nurse", "I work as a nurse"),
+            ("The user works as a nurse", "I'm working as a nurse these days"),
+            ("The user likes hiking", "I like hiking"),
+            ("The user loves sneakers", "I love my sneaker collection"),
+            ("The user studies chemistry", "I'm studying chemistry"),
+            ("The user owns two cats", "I own two cats"),
+            ("The user's sister lives in Porto", "My sister lives in Porto"),
+            ("The user drives to work", "I drive to work"),
+            ("The user married Anna", "I'm married to Anna"),
+        ];
+        for (value, said) in table {
+            assert!(states_value(said, value), "{said:?} states {value:?}");
+        }
+        let unstated = [
+            ("The user lives in Oslo.", "I live in Bergen."),
+            ("The user works as a nurse", "I work as a teacher"),
+            ("The user likes hiking", "I like swimming"),
+        ];
+        for (value, said) in unstated {
+            assert!(!states_value(said, value), "{said:?} does not state {value:?}");
+        }
+    }
     use super::*;
 
     #[test]

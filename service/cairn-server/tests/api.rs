@@ -1633,6 +1633,54 @@ async fn a_subject_with_control_characters_is_refused() {
     }
 }
 
+/// After a value is retracted, the user's own natural restatement ("I live in Oslo."
+/// for "The user lives in Oslo.") is evidence enough to reassert it.
+#[actix_web::test]
+async fn a_natural_restatement_reasserts_a_retracted_value() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let (status, written) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user lives in Oslo." }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{written}");
+    let id = written["fact"]["id"].as_str().expect("id").to_owned();
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        &format!("/v1/users/u1/facts/{id}/retract"),
+        Some(&owner),
+        Some(json!({ "reason": "not any more" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, said, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u1/episodes",
+        Some(&owner),
+        Some(
+            json!({ "messages": [{ "role": "user", "content": "I live in Oslo." }], "consolidate": "none" }),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{said}");
+    let evidence = said["episode_ids"][0].as_str().expect("episode").to_owned();
+    let (status, body) = write(
+        service,
+        &owner,
+        "u1",
+        json!({ "text": "The user lives in Oslo.", "reassert": true, "evidence_episode_id": evidence }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["fact"]["source_episode_ids"], json!([evidence]), "{body}");
+}
+
 /// `.` and `..` are refused as user ids: clients drop them from URL paths as dot
 /// segments, so such a user could never be read or erased again.
 #[actix_web::test]
