@@ -3,8 +3,6 @@
 use crate::{Cairn, RequestContext, audit_event, now, validate};
 use cairn_core::{Change, ChangeSet, Error, Page, PageRequest, Playbook, Result, Scope, new_id};
 
-const MAX_STEPS: usize = 50;
-
 #[derive(Clone, Debug)]
 pub struct PlaybookInput {
     pub name: String,
@@ -51,16 +49,7 @@ impl Cairn {
     }
 
     fn validated_steps(&self, steps: &[String]) -> Result<Vec<String>> {
-        if steps.is_empty() || steps.len() > MAX_STEPS {
-            return Err(Error::invalid("steps", format!("must hold 1-{MAX_STEPS} steps")));
-        }
-        steps
-            .iter()
-            .enumerate()
-            .map(|(index, step)| {
-                validate::text(&format!("steps[{index}]"), step, self.settings.max_text_chars)
-            })
-            .collect()
+        validate::steps("steps", steps, self.settings.max_text_chars)
     }
 
     pub async fn create_playbook(

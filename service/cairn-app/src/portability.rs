@@ -641,10 +641,20 @@ impl Cairn {
                 episode.session_id.as_deref(),
             )?;
         }
+        // Every record is held to the limits of the route that writes its kind.
+        let optional = |field: String, value: Option<&String>| match value {
+            Some(value) => validate::text(&field, value, limit).map(|_| ()),
+            None => Ok(()),
+        };
         for (index, fact) in document.facts.iter().enumerate() {
             unique(format!("facts[{index}].id"), &fact.id)?;
             validate::text(&format!("facts[{index}].text"), &fact.text, limit)?;
             validate::confidence(Some(fact.confidence))?;
+            optional(format!("facts[{index}].source_span"), fact.source_span.as_ref())?;
+            optional(
+                format!("facts[{index}].retraction_reason"),
+                fact.retraction_reason.as_ref(),
+            )?;
         }
         for (index, playbook) in document.playbooks.iter().enumerate() {
             unique(format!("playbooks[{index}].id"), &playbook.id)?;
@@ -658,6 +668,7 @@ impl Cairn {
                 let field = format!("playbooks[{index}].versions[{at}]");
                 validate::text(&format!("{field}.name"), &version.name, limit)?;
                 validate::text(&format!("{field}.trigger"), &version.trigger, limit)?;
+                validate::steps(&format!("{field}.steps"), &version.steps, limit)?;
                 if at > 0 && version.version <= playbook.versions[at - 1].version {
                     return Err(Error::invalid(format!("{field}.version"), "versions must ascend"));
                 }
@@ -668,11 +679,20 @@ impl Cairn {
         }
         for (index, decision) in document.decisions.iter().enumerate() {
             unique(format!("decisions[{index}].id"), &decision.id)?;
+            validate::text(&format!("decisions[{index}].reason"), &decision.reason, limit)?;
+            validate::label(&format!("decisions[{index}].origin"), Some(&decision.origin))?;
         }
         // Each pending fact waits on exactly one review, and each review on a pending fact.
         let mut reviewed = HashSet::new();
         for (index, review) in document.reviews.iter().enumerate() {
             unique(format!("reviews[{index}].id"), &review.id)?;
+            validate::text(&format!("reviews[{index}].reason"), &review.reason, limit)?;
+            validate::label(&format!("reviews[{index}].rule"), Some(&review.rule))?;
+            validate::label(&format!("reviews[{index}].origin"), Some(&review.origin))?;
+            validate::label(
+                &format!("reviews[{index}].proposed_by"),
+                Some(&review.proposed_by),
+            )?;
             let pending = document
                 .facts
                 .iter()
@@ -707,8 +727,23 @@ impl Cairn {
             .iter()
             .map(|episode| episode.id.as_str())
             .collect();
+        // A value the document's own unlifted tombstones refuse is never active in it.
+        let refused: HashSet<&str> = document
+            .tombstones
+            .iter()
+            .filter(|tombstone| tombstone.lifted_at.is_none())
+            .map(|tombstone| tombstone.fingerprint.as_str())
+            .collect();
         let mut active = HashSet::new();
         for (index, fact) in document.facts.iter().enumerate() {
+            if fact.status == FactStatus::Active
+                && refused.contains(cairn_core::text::fingerprint(&fact.text).as_str())
+            {
+                return Err(Error::invalid(
+                    format!("facts[{index}].text"),
+                    "an unlifted tombstone of the document refuses this value",
+                ));
+            }
             if let Some(newer) = &fact.superseded_by
                 && !facts.contains(newer.as_str())
             {

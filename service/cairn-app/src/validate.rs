@@ -19,6 +19,22 @@ pub fn text(field: &str, text: &str, max_chars: usize) -> Result<String> {
     Ok(trimmed.to_owned())
 }
 
+/// Playbook steps: 1 to [`MAX_STEPS`], each a text of at most `max_chars` characters
+/// (`field` names the list, `field[i]` a step).
+pub fn steps(field: &str, steps: &[String], max_chars: usize) -> Result<Vec<String>> {
+    if steps.is_empty() || steps.len() > MAX_STEPS {
+        return Err(Error::invalid(field, format!("must hold 1-{MAX_STEPS} steps")));
+    }
+    steps
+        .iter()
+        .enumerate()
+        .map(|(index, step)| text(&format!("{field}[{index}]"), step, max_chars))
+        .collect()
+}
+
+/// The most steps a playbook holds.
+pub const MAX_STEPS: usize = 50;
+
 /// An optional identifier-like value (session id): 1–128 printable characters.
 pub fn label(field: &str, value: Option<&str>) -> Result<Option<String>> {
     match value {

@@ -311,6 +311,56 @@ async fn an_export_erased_and_imported_answers_as_before() {
         (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
         "{body}"
     );
+    // Every record is held to the limits its write route keeps.
+    for (path, value) in [
+        ("/playbooks/0/versions/0/steps", json!(vec!["a step"; 503])),
+        ("/playbooks/0/versions/0/steps", json!(["x".repeat(2_000)])),
+        ("/playbooks/0/versions/0/steps", json!([" "])),
+        ("/facts/0/source_span", json!("y".repeat(2_000))),
+        ("/decisions/0/reason", json!("z".repeat(2_000))),
+    ] {
+        let mut oversized = export.clone();
+        *oversized.pointer_mut(path).expect("the field") = value;
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/u3/import",
+            Some(&owner),
+            Some(oversized),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {body}");
+    }
+
+    // Nor may a document make active a value its own unlifted tombstone refuses.
+    let mut resurrecting = export.clone();
+    let active = resurrecting["facts"]
+        .as_array()
+        .and_then(|facts| facts.iter().find(|fact| fact["status"] == "active"))
+        .and_then(|fact| fact["text"].as_str())
+        .expect("an active fact")
+        .to_owned();
+    resurrecting["tombstones"][0]["fingerprint"] = json!(cairn_core::text::fingerprint(&active));
+    resurrecting["tombstones"][0]["lifted_at"] = Value::Null;
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/u3/import",
+        Some(&owner),
+        Some(resurrecting),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("tombstone")),
+        "{body}"
+    );
     let (status, body, _) = call(
         service,
         Method::POST,
