@@ -26,7 +26,7 @@ pub use facts::{Contradiction, FactInput, FactWriteOutcome};
 pub use playbooks::{PlaybookInput, PlaybookVersionInput};
 pub use portability::{
     ExportedDecision, ExportedEpisode, ExportedFact, ExportedPlaybook, ExportedPlaybookVersion,
-    ExportedTombstone, ImportReport, Mem0Document, Mem0ImportReport, Mem0Memory, ScopeExport,
+    ExportedTombstone, ImportReport, Mem0Document, Mem0ImportReport, Mem0Memory, Mem0Metadata, ScopeExport,
 };
 pub use profile::{Profile, ProfileRequest};
 pub use recall::{Explanation, Priors, RecallHit, RecallRequest, RecallResult, rrf};

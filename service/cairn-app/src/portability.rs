@@ -171,12 +171,69 @@ pub struct ImportReport {
 
 /// A mem0 `get_all` document: `{"results": [...]}` (with or without a total), a
 /// `{"memories": [...]}` file, or the bare list older releases return.
-#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
+// Read by its first token (a list, or an object whose `results` or `memories` holds the
+// list), straight into memories: an untagged enum would first buffer the whole document
+// as a generic tree, about fifteen times its size.
+#[derive(Clone, Debug, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Mem0Document {
     Results { results: Vec<Mem0Memory> },
     Memories { memories: Vec<Mem0Memory> },
     List(Vec<Mem0Memory>),
+}
+
+impl<'de> Deserialize<'de> for Mem0Document {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Shape;
+        impl<'de> serde::de::Visitor<'de> for Shape {
+            type Value = Mem0Document;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a list of memories, or an object with `results` or `memories`")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut list: A,
+            ) -> std::result::Result<Mem0Document, A::Error> {
+                let mut memories = Vec::with_capacity(list.size_hint().unwrap_or(0).min(4096));
+                while let Some(memory) = list.next_element()? {
+                    memories.push(memory);
+                }
+                Ok(Mem0Document::List(memories))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Mem0Document, A::Error> {
+                let mut found = None;
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "results" | "memories" if found.is_some() => {
+                            return Err(serde::de::Error::custom("holds both `results` and `memories`"));
+                        }
+                        "results" => {
+                            found = Some(Mem0Document::Results {
+                                results: map.next_value()?,
+                            })
+                        }
+                        "memories" => {
+                            found = Some(Mem0Document::Memories {
+                                memories: map.next_value()?,
+                            })
+                        }
+                        // `total`, `relations` and the like: skipped without being kept.
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                found.ok_or_else(|| serde::de::Error::missing_field("results"))
+            }
+        }
+        deserializer.deserialize_any(Shape)
+    }
 }
 
 /// One mem0 memory; fields Cairn has no use for (`hash`, `agent_id`, ...) are ignored.
@@ -187,7 +244,79 @@ pub struct Mem0Memory {
     pub user_id: Option<String>,
     pub created_at: Option<String>,
     pub updated_at: Option<String>,
-    pub metadata: Option<serde_json::Value>,
+    // Any JSON; only a string `fact_type` in an object is read, the rest skipped
+    // without being kept.
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub metadata: Option<Mem0Metadata>,
+}
+
+/// What Cairn reads of a mem0 memory's metadata: its `fact_type`, when it is a string.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mem0Metadata {
+    pub fact_type: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Mem0Metadata {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Read;
+        impl<'de> serde::de::Visitor<'de> for Read {
+            type Value = Mem0Metadata;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("any JSON value")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Mem0Metadata, A::Error> {
+                let mut read = Mem0Metadata::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == "fact_type" {
+                        if let serde_json::Value::String(fact_type) = map.next_value()? {
+                            read.fact_type = Some(fact_type);
+                        }
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(read)
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut list: A,
+            ) -> std::result::Result<Mem0Metadata, A::Error> {
+                while list.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Mem0Metadata::default())
+            }
+
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Mem0Metadata, E> {
+                Ok(Mem0Metadata::default())
+            }
+
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Mem0Metadata, E> {
+                Ok(Mem0Metadata::default())
+            }
+
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Mem0Metadata, E> {
+                Ok(Mem0Metadata::default())
+            }
+
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Mem0Metadata, E> {
+                Ok(Mem0Metadata::default())
+            }
+
+            fn visit_str<E>(self, _: &str) -> std::result::Result<Mem0Metadata, E> {
+                Ok(Mem0Metadata::default())
+            }
+
+            fn visit_unit<E>(self) -> std::result::Result<Mem0Metadata, E> {
+                Ok(Mem0Metadata::default())
+            }
+        }
+        deserializer.deserialize_any(Read)
+    }
 }
 
 /// What a mem0 import did with each memory.
@@ -579,8 +708,7 @@ impl Cairn {
             let fact_type = memory
                 .metadata
                 .as_ref()
-                .and_then(|metadata| metadata.get("fact_type"))
-                .and_then(|value| value.as_str())
+                .and_then(|metadata| metadata.fact_type.as_deref())
                 .map(FactType::parse)
                 .transpose()
                 .map_err(|_| Error::invalid(field("metadata.fact_type"), "not a fact type"))?;
@@ -949,7 +1077,7 @@ fn mem0_time(text: &str) -> Option<DateTime<Utc>> {
 
 #[cfg(test)]
 mod tests {
-    use super::mem0_time;
+    use super::{Mem0Document, mem0_time};
 
     #[test]
     fn mem0_timestamps_with_and_without_offsets() {
@@ -958,5 +1086,61 @@ mod tests {
         let naive = mem0_time("2024-07-26T10:29:36.630547").expect("naive");
         assert_eq!(naive.to_rfc3339(), "2024-07-26T10:29:36.630547+00:00");
         assert!(mem0_time("last tuesday").is_none());
+    }
+
+    /// Each shape of a mem0 document is read by its first token, other keys skipped,
+    /// and only a string `fact_type` of the metadata kept.
+    #[test]
+    fn mem0_documents_are_read_by_their_shape() {
+        let memory = r#"{"memory": "The user likes tea", "hash": "x", "metadata": {"fact_type": "preference", "deep": {"a": [1, 2, {"b": null}]}}}"#;
+        let read = |text: String| serde_json::from_str::<Mem0Document>(&text);
+        let memories = |document: Mem0Document| match document {
+            Mem0Document::Results { results: list }
+            | Mem0Document::Memories { memories: list }
+            | Mem0Document::List(list) => list,
+        };
+        for text in [
+            format!(r#"{{"total": 1, "results": [{memory}], "relations": [{{"x": 1}}]}}"#),
+            format!(r#"{{"memories": [{memory}]}}"#),
+            format!("[{memory}]"),
+        ] {
+            let list = memories(read(text.clone()).expect(&text));
+            assert_eq!(list.len(), 1, "{text}");
+            assert_eq!(list[0].memory, "The user likes tea");
+            assert_eq!(
+                list[0]
+                    .metadata
+                    .as_ref()
+                    .and_then(|metadata| metadata.fact_type.as_deref()),
+                Some("preference")
+            );
+        }
+        for metadata in [
+            r#""a string""#,
+            "[1, 2]",
+            "7",
+            "true",
+            "null",
+            r#"{"fact_type": 3}"#,
+        ] {
+            let text = format!(r#"[{{"memory": "m", "metadata": {metadata}}}]"#);
+            let list = memories(read(text.clone()).expect(&text));
+            assert_eq!(
+                list[0]
+                    .metadata
+                    .as_ref()
+                    .and_then(|metadata| metadata.fact_type.clone()),
+                None,
+                "{text}"
+            );
+        }
+        for refused in [
+            r#"{"total": 0}"#,
+            r#"{"results": [], "memories": []}"#,
+            "7",
+            r#""text""#,
+        ] {
+            assert!(read(refused.to_owned()).is_err(), "{refused}");
+        }
     }
 }
