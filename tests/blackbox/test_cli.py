@@ -196,10 +196,19 @@ def test_native_https_serves_and_reloads_a_renewed_certificate(make_server, tmp_
         assert time.monotonic() < deadline, "the renewed certificate was never served"
         time.sleep(0.3)
     assert run(["healthcheck"], server.env).returncode == 0
-    # A broken renewal keeps the certificate in service.
+    # A half-done renewal (a new certificate beside the old key) keeps the served pair,
+    # and so does a broken one; the health check reports the healthy server ready.
+    half_done = tmp_path / "half-done"
+    self_signed(half_done, "cairn-half-done")
+    os.replace(half_done / "tls.crt", certificates / "tls.crt")
+    time.sleep(1.5)
+    assert presented()[0] == renewed
+    assert run(["healthcheck"], server.env).returncode == 0
     (certificates / "tls.crt").write_text("not a certificate")
     time.sleep(1.5)
     assert presented()[0] == renewed
+    health = run(["healthcheck"], server.env)
+    assert health.returncode == 0 and health.stdout.strip() == "ready", health.stderr
     server.stop()
 
 

@@ -111,17 +111,14 @@ pub fn server_config(certificate: &Path, key: &Path) -> anyhow::Result<rustls::S
     Ok(config)
 }
 
-/// A client configuration that trusts exactly the certificate in `certificate` (what
-/// `cairn healthcheck` uses to reach its own listener, whatever name it carries).
-pub fn pinned_client(certificate: &Path) -> anyhow::Result<rustls::ClientConfig> {
-    let pinned = CertificateDer::pem_file_iter(certificate)
-        .and_then(|mut certificates| certificates.next().transpose())
-        .map_err(|error| anyhow::anyhow!("CAIRN_TLS_CERT: {error}"))?
-        .with_context(|| format!("CAIRN_TLS_CERT: {} holds no certificate", certificate.display()))?;
-    let verifier = Arc::new(Pinned {
-        certificate: pinned.into_owned(),
-        provider: provider(),
-    });
+/// The client configuration `cairn healthcheck` reaches its own listener with, on
+/// loopback: it accepts whichever certificate the listener presents (checking the
+/// handshake's signatures with it). A probe sends no credential and reads only
+/// readiness, so what it must not do is depend on the certificate files: mid-renewal
+/// they may hold a pair the server rightly keeps serving the old one over, or a file
+/// that is not a certificate yet.
+pub fn loopback_client() -> anyhow::Result<rustls::ClientConfig> {
+    let verifier = Arc::new(AnyCertificate { provider: provider() });
     Ok(rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .dangerous()
@@ -130,27 +127,20 @@ pub fn pinned_client(certificate: &Path) -> anyhow::Result<rustls::ClientConfig>
 }
 
 #[derive(Debug)]
-struct Pinned {
-    certificate: CertificateDer<'static>,
+struct AnyCertificate {
     provider: Arc<CryptoProvider>,
 }
 
-impl rustls::client::danger::ServerCertVerifier for Pinned {
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
     fn verify_server_cert(
         &self,
-        end_entity: &CertificateDer<'_>,
+        _end_entity: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
         _server_name: &ServerName<'_>,
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        if end_entity.as_ref() == self.certificate.as_ref() {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::UnknownIssuer,
-            ))
-        }
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
