@@ -971,10 +971,9 @@ impl Judge for OfflineJudge {
             if let Some(holder) = holder {
                 return Ok(judgement(
                     Verdict::Updates(holder.alias.clone()),
-                    format!(
-                        "the statement names the value it replaces ({})",
-                        departed.join(" ")
-                    ),
+                    // The reason outlives the fact it replaces (a decision is kept when
+                    // the fact is forgotten): it names no word of the old value.
+                    "the statement names the value it replaces".to_owned(),
                 ));
             }
         }
@@ -1046,10 +1045,11 @@ impl Judge for OfflineJudge {
                             !candidate_words.contains(old)
                                 && kinds.iter().any(|(new_noun, new)| new_noun == noun && new != old)
                         });
-                if let Some((noun, old)) = replaced {
+                if let Some((noun, _)) = replaced {
                     return Ok(judgement(
                         Verdict::Updates(shown_fact.alias.clone()),
-                        format!("a change from {old} {noun} to another {noun}"),
+                        // No word of the old value: the reason outlives the fact.
+                        format!("a change from one {noun} to another"),
                     ));
                 }
             }

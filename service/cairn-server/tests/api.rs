@@ -1681,6 +1681,67 @@ async fn a_natural_restatement_reasserts_a_retracted_value() {
     assert_eq!(body["fact"]["source_episode_ids"], json!([evidence]), "{body}");
 }
 
+/// A decision's reason outlives the fact it replaced: once the old fact is forgotten,
+/// no word of its value is left in the decision log or the export.
+#[actix_web::test]
+async fn a_forgotten_value_leaves_no_word_in_the_reasons() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    for text in ["I work on the fraud team", "I transferred to the search team"] {
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/u1/episodes",
+            Some(&owner),
+            Some(json!({ "messages": [{ "role": "user", "content": text }], "consolidate": "sync" })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (_, facts, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/facts?status=all",
+        Some(&owner),
+        None,
+    )
+    .await;
+    let old = facts["items"]
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|fact| fact["text"].as_str().is_some_and(|text| text.contains("fraud")))
+        })
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(old["status"], "superseded", "the transfer replaced it: {facts}");
+    let id = old["id"].as_str().expect("id").to_owned();
+    let (status, _, _) = call(
+        service,
+        Method::DELETE,
+        &format!("/v1/users/u1/facts/{id}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, decisions, _) = call(service, Method::GET, "/v1/users/u1/decisions", Some(&owner), None).await;
+    assert!(
+        decisions["items"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|decision| decision["kind"] == "UPDATES")),
+        "{decisions}"
+    );
+    assert!(!decisions.to_string().contains("fraud"), "{decisions}");
+    // (The user's own words stay in their episodes: forgetting is of the fact.)
+    let (_, export, _) = call(service, Method::GET, "/v1/users/u1/export", Some(&owner), None).await;
+    for part in ["decisions", "facts", "tombstones"] {
+        assert!(!export[part].to_string().contains("fraud"), "{part}: {export}");
+    }
+}
+
 /// `.` and `..` are refused as user ids: clients drop them from URL paths as dot
 /// segments, so such a user could never be read or erased again.
 #[actix_web::test]
