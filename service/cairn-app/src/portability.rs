@@ -523,6 +523,13 @@ impl Cairn {
             changes.push(Change::InsertEpisodes(chunk.to_vec()));
         }
         for (fact, embedding) in document.facts.iter().zip(fact_vectors) {
+            // A write that lands during the import holds the value once: the write or
+            // the import's part, whichever commits second, is refused as the duplicate.
+            if fact.status == FactStatus::Active {
+                changes.push(Change::RequireNoActiveValue {
+                    fingerprint: cairn_core::text::fingerprint(&fact.text),
+                });
+            }
             changes.push(Change::InsertFact(Fact {
                 id: map(&fact.id),
                 fact_type: fact.fact_type,
@@ -658,6 +665,12 @@ impl Cairn {
                 .await?;
             set.changes.push(Change::RequireGeneration(generation));
             set.changes.extend(pending.by_ref().take(CHANGES_PER_COMMIT));
+            // A value's precondition commits with its fact.
+            if matches!(set.changes.last(), Some(Change::RequireNoActiveValue { .. }))
+                && let Some(fact) = pending.next()
+            {
+                set.changes.push(fact);
+            }
             set.decisions.extend(decisions.by_ref().take(CHANGES_PER_COMMIT));
             self.store.commit(scope, set).await?;
         }

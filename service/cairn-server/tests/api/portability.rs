@@ -655,3 +655,69 @@ async fn two_imports_into_one_user_on_two_replicas_let_one_write() {
         store.delete_indices().await.expect("clean up");
     }
 }
+
+/// A write of a value that lands while an import of the same value is under way (after
+/// its emptiness check, while it embeds) never leaves the value active twice: whichever
+/// commits second is refused as the duplicate.
+#[actix_web::test]
+async fn a_write_during_an_import_never_makes_a_value_active_twice() {
+    let harness = harness_with(|_| ()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let at = "2026-11-01T10:00:00Z";
+    let episodes: Vec<Value> = (0..300)
+        .map(|index| json!({ "id": format!("e{index}"), "session_id": null,
+            "text": format!("Note {index}: the user keeps a garden journal"), "occurred_at": at, "ingested_at": at }))
+        .collect();
+    let document = json!({
+        "format": "cairn-export", "version": 1, "exported_at": at, "tenant": "acme", "user": "source",
+        "consolidated_episodes": 0, "episodes": episodes,
+        "facts": [{ "id": "f1", "fact_type": "preference", "text": "The user lives in Porto", "confidence": 0.9,
+                    "status": "active", "source_episode_ids": ["e0"], "created_at": at, "use_count": 0 }],
+        "playbooks": [], "tombstones": [], "decisions": [], "reviews": []
+    });
+    let import = call(
+        service,
+        Method::POST,
+        "/v1/users/target/import",
+        Some(&owner),
+        Some(document),
+    );
+    let written = async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        write(
+            service,
+            &owner,
+            "target",
+            json!({ "text": "The user lives in Porto" }),
+        )
+        .await
+    };
+    let ((imported, report, _), (wrote, body)) = tokio::join!(import, written);
+    assert!(
+        [StatusCode::CREATED, StatusCode::CONFLICT].contains(&imported),
+        "{imported}: {report}"
+    );
+    assert!(
+        [StatusCode::CREATED, StatusCode::CONFLICT].contains(&wrote),
+        "{wrote}: {body}"
+    );
+    let (_, facts, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/target/facts?status=active",
+        Some(&owner),
+        None,
+    )
+    .await;
+    let porto = facts["items"].as_array().map_or(0, |items| {
+        items
+            .iter()
+            .filter(|fact| fact["text"] == "The user lives in Porto")
+            .count()
+    });
+    assert_eq!(
+        porto, 1,
+        "import {imported} {report}; write {wrote} {body}; facts {facts}"
+    );
+}
