@@ -110,7 +110,8 @@ pub enum Change {
     /// Removes finished jobs of the scope (ids not found are ignored: a replay is a no-op).
     CompleteJobs(Vec<String>),
     /// Makes a job of the scope due again at `at`, with no attempts counted and out of
-    /// the dead letters. Precondition: the job is in scope (else `NotFound`).
+    /// the dead letters; a lease that lasts past `at` stays (a worker is running the job
+    /// now). Precondition: the job is in scope (else `NotFound`).
     RetryJob {
         job_id: String,
         at: DateTime<Utc>,

@@ -249,11 +249,19 @@ impl ClusterStore {
                         .await?
                         .ok_or(Error::NotFound { what: "job" })?;
                     let mut after = doc.source.clone();
+                    let at = docs::micros(*at);
                     after["attempts"] = json!(0);
-                    after["run_after"] = json!(docs::micros(*at));
+                    after["run_after"] = json!(at);
+                    // A live lease stays: the worker holding it is still running the job.
+                    let live = doc.source["leased_until"]
+                        .as_i64()
+                        .is_some_and(|until| until > at);
                     if let Value::Object(map) = &mut after {
-                        for field in ["dead_at", "last_error", "leased_until"] {
+                        for field in ["dead_at", "last_error"] {
                             map.remove(field);
+                        }
+                        if !live {
+                            map.remove("leased_until");
                         }
                     }
                     updates.push(Update::new("jobs", job_id.clone(), Some(doc), after));

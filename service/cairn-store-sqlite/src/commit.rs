@@ -235,7 +235,8 @@ fn apply_change(transaction: &Transaction<'_>, scope: &Scope, change: &Change) -
             let updated = transaction
                 .execute(
                     "UPDATE jobs SET dead_at = NULL, attempts = 0, last_error = NULL, run_after = ?1, \
-                     leased_until = NULL WHERE id = ?2 AND tenant = ?3 AND user_id = ?4",
+                     leased_until = CASE WHEN leased_until > ?1 THEN leased_until ELSE NULL END \
+                     WHERE id = ?2 AND tenant = ?3 AND user_id = ?4",
                     params![
                         micros(*at),
                         job_id,

@@ -2184,6 +2184,21 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
         store.claim_job(now, lease, None).await.expect("claim").is_none(),
         "a leased job is not handed out twice"
     );
+    // Retrying a job a worker holds does not take its lease away.
+    store
+        .commit(
+            &alice,
+            ChangeSet::new(audit(&alice, "consolidation.retry")).with(Change::RetryJob {
+                job_id: queued.id.clone(),
+                at: now,
+            }),
+        )
+        .await
+        .expect("retry a leased job");
+    assert!(
+        store.claim_job(now, lease, None).await.expect("claim").is_none(),
+        "a retry never steals a live lease"
+    );
     assert!(
         store
             .claim_job(lease, lease + Duration::seconds(30), None)
