@@ -60,3 +60,35 @@ def test_the_offline_pipeline_consolidates_in_the_background(server):
     assert [item["text"] for item in items] == ["The user moved to Porto last spring."]
     metrics = server.call("GET", "/metrics").body
     assert 'cairn_consolidation_runs_total{result="ok",trigger="job"}' in metrics
+
+
+def test_sigterm_lets_the_run_in_progress_finish_before_the_process_ends(make_server, tmp_path, fake_llm):
+    """A rolling update stops a replica with SIGTERM: it takes no new job, and the run in
+    progress finishes (within CAIRN_SHUTDOWN_GRACE_SECONDS) before the process ends, so
+    its facts are written when it has exited instead of waiting for the job's lease."""
+    import json
+    import signal
+    import subprocess
+
+    from conftest import binary
+
+    data = tmp_path / "graceful"
+    env = {"CAIRN_LLM_KIND": "openai", "CAIRN_LLM_BASE_URL": fake_llm.url, "CAIRN_LLM_MODEL": "scripted",
+           "CAIRN_LLM_TIMEOUT_MS": "60000", "CAIRN_SHUTDOWN_GRACE_SECONDS": "20"}
+    server = make_server(data, env).start()
+    token = server.mint("acme")
+    fake_llm.delay = 3.0
+    response = server.call("POST", "/v1/users/ivy/episodes", token,
+                           {"messages": [{"role": "user", "content": "I love the harbour"}]})
+    assert response.status == 201, response.body
+    assert wait_for(lambda: fake_llm.extractions >= 1, 30), "the worker never asked the provider"
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=60) == 0, server.log.read_text()
+
+    exported = tmp_path / "ivy.json"
+    result = subprocess.run([binary(), "export", "--tenant", "acme", "--user", "ivy", "--out", str(exported)],
+                            env=server.env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(exported.read_text())
+    assert [fact["text"] for fact in document["facts"]] == ["The user loves the harbour."], document["facts"]
+    assert document["consolidated_episodes"] == 1

@@ -194,3 +194,22 @@ def test_a_jwks_url_needs_no_secret():
 ])
 def test_values_it_must_refuse(settings, reason):
     assert reason in render(*settings, ok=False)
+
+
+def test_shutdown_grace_and_a_disruption_budget_for_rolling_updates():
+    embedded = render(f"jwt.secret={SECRET}")
+    pod = workload(embedded, "StatefulSet")["spec"]["template"]["spec"]
+    env = {variable["name"]: variable.get("value") for variable in pod["containers"][0]["env"]}
+    assert env["CAIRN_SHUTDOWN_GRACE_SECONDS"] == "25"
+    assert pod["terminationGracePeriodSeconds"] == 60, "longer than both graces"
+    assert ("PodDisruptionBudget", "t-cairn") not in embedded, "one embedded replica has nothing to keep"
+
+    cluster = render("mode=cluster", "cluster.url=http://search:9200", "jwt.existingSecret=keys",
+                     "shutdownGraceSeconds=40")
+    pod = workload(cluster, "Deployment")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 90
+    budget = cluster[("PodDisruptionBudget", "t-cairn")]
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == workload(cluster, "Deployment")["spec"]["selector"]["matchLabels"]
+    single = render("mode=cluster", "cluster.url=http://search:9200", "jwt.existingSecret=keys", "replicas=1")
+    assert ("PodDisruptionBudget", "t-cairn") not in single

@@ -132,6 +132,9 @@ pub struct Config {
     pub llm_output_price_per_mtok: f64,
     /// Run queued consolidation jobs in the background (off: only sync and manual runs).
     pub consolidation_worker: bool,
+    /// On SIGTERM, how long requests in flight and a consolidation run in progress may
+    /// take to finish, in seconds, before they are cut off (a run's job is given back).
+    pub shutdown_grace_seconds: u64,
     /// Episodes extracted and committed together.
     pub consolidation_batch_size: usize,
     /// Earlier episodes given to extraction as context.
@@ -271,6 +274,7 @@ impl Default for Config {
             llm_input_price_per_mtok: 0.0,
             llm_output_price_per_mtok: 0.0,
             consolidation_worker: true,
+            shutdown_grace_seconds: 25,
             consolidation_batch_size: 20,
             consolidation_context_episodes: 5,
             consolidation_retry_base_ms: 5_000,
@@ -374,6 +378,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("llm_input_price_per_mtok", Kind::Float),
     ("llm_output_price_per_mtok", Kind::Float),
     ("consolidation_worker", Kind::Boolean),
+    ("shutdown_grace_seconds", Kind::Integer),
     ("consolidation_batch_size", Kind::Integer),
     ("consolidation_context_episodes", Kind::Integer),
     ("consolidation_retry_base_ms", Kind::Integer),

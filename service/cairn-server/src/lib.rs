@@ -386,14 +386,48 @@ pub fn spawn_maintenance(state: actix_web::web::Data<http::AppState>) -> tokio::
     })
 }
 
-/// Runs queued consolidation jobs until the process stops: woken by ingests (after the
-/// settle window, when their jobs come due), and polling once a second for retries
-/// that came due.
-pub fn spawn_consolidation_worker(
-    state: actix_web::web::Data<http::AppState>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
+/// The background consolidation worker: runs queued jobs until stopped.
+pub struct ConsolidationWorker {
+    stop: tokio::sync::watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl ConsolidationWorker {
+    /// Stops taking jobs and waits up to `grace` for the run in progress to finish; a run
+    /// still going then is cut off and its job given back, due at once, instead of
+    /// waiting out its lease. Returns whether the worker finished within the grace.
+    pub async fn stop(
+        self,
+        state: &actix_web::web::Data<http::AppState>,
+        grace: std::time::Duration,
+    ) -> bool {
+        let _ = self.stop.send(true);
+        let mut handle = self.handle;
+        if tokio::time::timeout(grace, &mut handle).await.is_ok() {
+            return true;
+        }
+        let given = state.cairn.give_back_running_jobs().await;
+        handle.abort();
+        tracing::warn!(
+            jobs = given,
+            "shutting down mid-run: the run's job was given back for another worker"
+        );
+        false
+    }
+
+    /// Cuts the worker off at once (tests).
+    pub fn abort(&self) {
+        self.handle.abort();
+    }
+}
+
+/// Runs queued consolidation jobs until stopped: woken by ingests (after the settle
+/// window, when their jobs come due), and polling once a second for retries that came
+/// due.
+pub fn spawn_consolidation_worker(state: actix_web::web::Data<http::AppState>) -> ConsolidationWorker {
+    let (stop, mut stopping) = tokio::sync::watch::channel(false);
+    let handle = tokio::spawn(async move {
+        while !*stopping.borrow() {
             match state.cairn.run_due_job().await {
                 Ok(Some(JobRun::Done(outcome))) => state.metrics.observe_consolidation(&outcome, "job"),
                 Ok(None) => {
@@ -402,6 +436,7 @@ pub fn spawn_consolidation_worker(
                             tokio::time::sleep(state.cairn.consolidation_settle()).await;
                         }
                         () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                        _ = stopping.changed() => {}
                     }
                 }
                 Ok(Some(JobRun::Failed(_))) => {
@@ -420,5 +455,6 @@ pub fn spawn_consolidation_worker(
                 }
             }
         }
-    })
+    });
+    ConsolidationWorker { stop, handle }
 }

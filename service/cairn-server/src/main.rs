@@ -561,18 +561,26 @@ fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(listen = %listen, backend = ?config.backend, data_dir = %config.data_dir.display(), "cairn starting");
     let result = actix_web::rt::System::new().block_on(async move {
         let state = web::Data::new(build_state(&config).await?);
-        if config.consolidation_worker {
-            spawn_consolidation_worker(state.clone());
-        }
+        let worker = config
+            .consolidation_worker
+            .then(|| spawn_consolidation_worker(state.clone()));
         spawn_maintenance(state.clone());
         let serving = state.clone();
-        let server = HttpServer::new(move || http::app(serving.clone())).workers(workers);
+        let grace = std::time::Duration::from_secs(config.shutdown_grace_seconds);
+        let server = HttpServer::new(move || http::app(serving.clone()))
+            .workers(workers)
+            .shutdown_timeout(config.shutdown_grace_seconds);
         let server = match &tls {
             Some(tls) => server.bind_rustls_0_23(&listen, tls.clone()),
             None => server.bind(&listen),
         }
         .with_context(|| format!("CAIRN_LISTEN: cannot bind {listen}"))?;
         let served = server.run().await.context("server failed");
+        // SIGTERM (a rolling update): no new job is taken; the run in progress finishes
+        // within the grace, or its job is given back, due at once, for another replica.
+        if let Some(worker) = worker {
+            worker.stop(&state, grace).await;
+        }
         // Use counts noted since the last flush are written before the process ends.
         if let Err(error) = state.cairn.flush_usage().await {
             tracing::warn!(error = %error, "writing the last use counts failed");

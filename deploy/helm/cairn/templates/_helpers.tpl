@@ -52,6 +52,9 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   automountServiceAccountToken: false
+  # SIGTERM lets requests in flight and a consolidation run finish, each within the
+  # shutdown grace, before the process ends: the kubelet waits longer than both.
+  terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds | default (add (mul 2 .Values.shutdownGraceSeconds) 10) }}
   securityContext:
     runAsNonRoot: true
     runAsUser: 10001
@@ -74,6 +77,8 @@ spec:
           value: /data
         - name: CAIRN_MCP_ALLOWED_HOSTS
           value: {{ include "cairn.allowedHosts" . | quote }}
+        - name: CAIRN_SHUTDOWN_GRACE_SECONDS
+          value: {{ .Values.shutdownGraceSeconds | quote }}
         {{- if .Values.jwt.jwksUrl }}
         - name: CAIRN_JWT_JWKS_URL
           value: {{ .Values.jwt.jwksUrl | quote }}

@@ -97,6 +97,9 @@ pub struct Consolidator {
     last_tenant: Arc<Mutex<Option<String>>>,
     /// Tokens spent per tenant today, against the token budget.
     ledger: Arc<budget::Ledger>,
+    /// The jobs this process is running now, so that a shutdown that cannot wait for
+    /// them gives them back (see [`Cairn::give_back_running_jobs`]).
+    running: Arc<Mutex<Vec<(Scope, String)>>>,
 }
 
 /// What serialises a scope's consolidation runs and its erasure. An erasure announces
@@ -161,6 +164,7 @@ impl Consolidator {
             wake: Arc::default(),
             last_tenant: Arc::default(),
             ledger: Arc::default(),
+            running: Arc::default(),
         }
     }
 
@@ -327,6 +331,7 @@ impl Cairn {
             background: true,
             ..ConsolidateOptions::default()
         };
+        let _running = Running::note(&self.consolidator.running, &scope, &job.id);
         match self.consolidate(&scope, &context, options).await {
             Ok(outcome) => Ok(Some(JobRun::Done(outcome))),
             Err(error) => {
@@ -364,6 +369,38 @@ impl Cairn {
                 Ok(Some(JobRun::Failed(error)))
             }
         }
+    }
+
+    /// Gives back the jobs this process's runs hold (a shutdown that could not wait for
+    /// them): each is due again at once, its lease released, instead of waiting out the
+    /// lease. Returns how many.
+    pub async fn give_back_running_jobs(&self) -> usize {
+        let running: Vec<(Scope, String)> = self
+            .consolidator
+            .running
+            .lock()
+            .map(|mut running| std::mem::take(&mut *running))
+            .unwrap_or_default();
+        let mut given = 0;
+        for (scope, job_id) in running {
+            match self
+                .store
+                .release_job(
+                    &scope,
+                    &job_id,
+                    now(),
+                    "the service stopped during the run",
+                    false,
+                )
+                .await
+            {
+                Ok(()) => given += 1,
+                Err(error) => {
+                    tracing::warn!(job = %job_id, error = %error, "giving a job back failed; its lease runs out")
+                }
+            }
+        }
+        given
     }
 
     /// The scope's consolidation jobs, queued and dead-lettered, oldest first.
@@ -1448,5 +1485,31 @@ fn new_fact(
         last_used_at: None,
         use_count: 0,
         embedding,
+    }
+}
+
+/// A job noted as running in this process for as long as its run lasts.
+struct Running {
+    running: Arc<Mutex<Vec<(Scope, String)>>>,
+    job_id: String,
+}
+
+impl Running {
+    fn note(running: &Arc<Mutex<Vec<(Scope, String)>>>, scope: &Scope, job_id: &str) -> Running {
+        if let Ok(mut jobs) = running.lock() {
+            jobs.push((scope.clone(), job_id.to_owned()));
+        }
+        Running {
+            running: Arc::clone(running),
+            job_id: job_id.to_owned(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut jobs) = self.running.lock() {
+            jobs.retain(|(_, id)| *id != self.job_id);
+        }
     }
 }
