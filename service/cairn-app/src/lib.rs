@@ -210,6 +210,12 @@ impl Cairn {
     }
 
     /// Whether the store answers.
+    /// Records a one-time key (a console login ticket's id) as used until `until`:
+    /// `true` the first time across every process sharing the store, `false` after.
+    pub async fn use_once(&self, key: &str, until: DateTime<Utc>) -> Result<bool> {
+        self.store.use_once(key, now(), until).await
+    }
+
     pub async fn ready(&self) -> Result<()> {
         self.store.ping().await
     }

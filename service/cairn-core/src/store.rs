@@ -495,6 +495,11 @@ pub trait MemoryStore: Send + Sync + 'static {
         .await
     }
 
+    /// Records `key` (a console login ticket's id) as used until `until`, once across
+    /// every process: `true` the first time, `false` while an earlier use of it has not
+    /// expired at `now`. Not scoped: a key names itself (it is random and unguessable).
+    async fn use_once(&self, key: &str, now: DateTime<Utc>, until: DateTime<Utc>) -> Result<bool>;
+
     /// Records which embedding model and dimension the stored vectors use, or checks
     /// that they match what was recorded before (a mismatch is an error: vectors of two
     /// models cannot be compared).
@@ -607,8 +612,9 @@ pub trait MemoryStore: Send + Sync + 'static {
         Ok(self.pending_jobs(scope).await?.len().min(up_to))
     }
 
-    /// Leases a job due at `now` until `lease_until`, and returns it with the scope it was
-    /// enqueued in. Tenants take turns: the job is the oldest due job of the first tenant
+    /// Leases a job due at `now` until `lease_until`, counting an attempt (so a run that
+    /// kills its worker counts too), and returns it, attempts included, with the scope it
+    /// was enqueued in. Tenants take turns: the job is the oldest due job of the first tenant
     /// (in name order) after `after_tenant` that has one, wrapping around, so one
     /// tenant's backlog cannot hold back the others. Leased and dead-lettered jobs are
     /// not handed out; a job whose worker died runs again when its lease ends.
@@ -619,9 +625,9 @@ pub trait MemoryStore: Send + Sync + 'static {
         after_tenant: Option<&str>,
     ) -> Result<Option<(Scope, ConsolidationJob)>>;
 
-    /// Gives a leased job back after a failed run: one more attempt, not before
-    /// `run_after`; with `dead`, into the dead letters instead (not claimed again until
-    /// a `RetryJob`).
+    /// Gives a leased job back after a failed run (its claim counted the attempt), not
+    /// due before `run_after`; with `dead`, into the dead letters instead (not claimed
+    /// again until a `RetryJob`).
     async fn release_job(
         &self,
         scope: &Scope,
@@ -650,6 +656,26 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// The scope's erasure generation: 0 until it is first erased, advanced by every
     /// erasure before it removes anything. [`Change::RequireGeneration`] compares it.
     async fn generation(&self, scope: &Scope) -> Result<u64>;
+
+    /// Gives a leased job back without counting its attempt (the run never started: its
+    /// scope was being consolidated elsewhere, or the service stopped), due at
+    /// `run_after`. A job no longer there is ignored.
+    async fn defer_job(&self, scope: &Scope, job_id: &str, run_after: DateTime<Utc>) -> Result<()>;
+
+    /// Takes the lease on the scope's consolidation runs for `holder` until `until`, by
+    /// compare-and-set in the store, so one run per scope runs at a time across every
+    /// process: granted when there is none, when it ended before `now`, or when it is
+    /// already `holder`'s (a renewal); `false` while another holder's lasts.
+    async fn lease_scope_runs(
+        &self,
+        scope: &Scope,
+        holder: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool>;
+
+    /// Ends `holder`'s lease on the scope's runs; another holder's is left as it is.
+    async fn release_scope_runs(&self, scope: &Scope, holder: &str) -> Result<()>;
 
     /// Removes every record of the scope (the audit trail keeps its id-only events and
     /// gains `audit`) and counts what was removed. The scope's generation advances

@@ -64,20 +64,16 @@ async fn session(
         .into());
     };
     let jti = claims.jti.clone().unwrap_or_default();
+    // Once across every replica sharing the store, for as long as the ticket verifies
+    // (its expiry plus the clock leeway).
+    let verifies_until = chrono::DateTime::from_timestamp(state.verifier.accepted_until(&claims), 0)
+        .unwrap_or_else(chrono::Utc::now);
+    if !state
+        .cairn
+        .use_once(&format!("ui-login:{jti}"), verifies_until)
+        .await?
     {
-        let mut redeemed = state
-            .redeemed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = chrono::Utc::now().timestamp();
-        redeemed.retain(|_, verifies_until| *verifies_until >= now);
-        // Remembered for as long as the ticket verifies, clock leeway included.
-        if redeemed
-            .insert(jti, state.verifier.accepted_until(&claims))
-            .is_some()
-        {
-            return Err(AuthError::Invalid("this login ticket was already used".into()).into());
-        }
+        return Err(AuthError::Invalid("this login ticket was already used".into()).into());
     }
     let (token, expires) = auth::mint_session(&claims, secret)
         .map_err(|error| ApiError::Core(cairn_core::Error::Storage(format!("minting a session: {error}"))))?;

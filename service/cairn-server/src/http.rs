@@ -43,9 +43,6 @@ pub struct AppState {
     pub mcp: StreamableHttpService<CairnMcp>,
     /// The HS256 secret console sessions are signed with (none: login links are off).
     pub login_secret: Option<String>,
-    /// Console login tickets already redeemed (`jti` → until when the ticket verifies,
-    /// its expiry plus the clock leeway), so each works once.
-    pub redeemed: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 impl AppState {
@@ -80,7 +77,6 @@ impl AppState {
             metrics_token: None,
             strict_transport: false,
             login_secret: None,
-            redeemed: std::sync::Mutex::default(),
         })
     }
 

@@ -448,6 +448,8 @@ pub fn spawn_consolidation_worker(state: actix_web::web::Data<http::AppState>) -
                     state.metrics.observe_consolidation_failure("job");
                     state.metrics.observe_dead_letter();
                 }
+                // Another process runs the scope: the job comes back when its lease ends.
+                Ok(Some(JobRun::Deferred)) => {}
                 Err(error) => {
                     // The queue itself failed (the store is down): wait before trying again.
                     tracing::warn!(error = %error, "claiming a consolidation job failed");

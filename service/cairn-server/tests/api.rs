@@ -242,6 +242,65 @@ async fn a_used_login_ticket_is_refused_through_the_clock_leeway() {
     }
 }
 
+/// A console login ticket used on one replica is refused on another sharing the store.
+#[actix_web::test]
+async fn a_login_ticket_used_on_one_replica_is_refused_on_another() {
+    use cairn_server::config::Backend;
+    let Some(url) = test_cluster("CAIRN_TEST_OPENSEARCH_URL") else {
+        eprintln!("skipped: CAIRN_TEST_OPENSEARCH_URL is not set");
+        return;
+    };
+    let prefix = format!("cairn-api-{}", uuid::Uuid::now_v7().simple());
+    let replica = || {
+        harness_with(|config| {
+            config.backend = Backend::Opensearch;
+            config.cluster_url = Some(url.clone());
+            config.index_prefix = prefix.clone();
+        })
+    };
+    let (first, second) = (replica().await, replica().await);
+    for harness in [&first, &second] {
+        let mut ready = false;
+        for _ in 0..120 {
+            let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
+            ready = status == StatusCode::OK;
+            if ready {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        assert!(ready, "the replica became ready");
+    }
+    let now = chrono::Utc::now().timestamp();
+    let ticket = signed(
+        json!({ "sub": "ops", "tenant": "acme", "scope": "memory:read", "exp": now + 120,
+                "iat": now, "purpose": "ui-login", "session_seconds": 3600,
+                "jti": format!("login_{}", uuid::Uuid::now_v7().simple()) }),
+        SECRET,
+    );
+    let redeem = |service| {
+        call(
+            service,
+            Method::POST,
+            "/ui/session",
+            None,
+            Some(json!({ "ticket": ticket })),
+        )
+    };
+    let (status, body, _) = redeem(&first.service).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body, _) = redeem(&second.service).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "used on the other replica: {body}"
+    );
+    let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
+        .await
+        .expect("the test cluster");
+    store.delete_indices().await.expect("clean up");
+}
+
 /// Identity for production: several HS256 secrets at once (rotation), `aud` as a
 /// string or an array, an issuer allow-list, and a maximum token lifetime.
 #[actix_web::test]

@@ -154,6 +154,12 @@ fn watermark_id(scope: &Scope) -> String {
     format!("{}#watermark", state_id(scope))
 }
 
+/// The id of the lease on a scope's consolidation runs, in the state index beside the
+/// scope's state and watermark (one run per scope across processes).
+fn runs_id(scope: &Scope) -> String {
+    format!("{}#runs", state_id(scope))
+}
+
 /// The watermark document of a scope at `position`.
 fn watermark_source(scope: &Scope, position: u64) -> Value {
     json!({ "tenant": scope.tenant().as_str(), "user": scope.user().as_str(),
@@ -933,10 +939,11 @@ impl ClusterStore {
         Ok((!episodes.is_empty()).then_some(episodes))
     }
 
-    /// Leases a job found due at `version`: a compare-and-set without a refresh. A search
-    /// that has not seen a lease yet offers the job at its version before the lease,
-    /// whose write then conflicts; the job is read again by id (realtime) and leased at
-    /// its current version if it is still due. `false` when another worker holds it.
+    /// Leases a job found due at `version`, counting an attempt: a compare-and-set
+    /// without a refresh. A search that has not seen a lease yet offers the job at its
+    /// version before the lease, whose write then conflicts; the job is read again by id
+    /// (realtime) and leased at its current version if it is still due. Answers the
+    /// attempts counted, or `None` when another worker holds it.
     async fn lease(
         &self,
         id: &str,
@@ -945,20 +952,25 @@ impl ClusterStore {
         source: Value,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
-    ) -> Result<bool> {
+    ) -> Result<Option<u32>> {
         let leased = |mut source: Value, version: (i64, i64)| async move {
             source["leased_until"] = json!(docs::micros(lease_until));
+            // The claim counts the attempt: a run that kills its worker counts too.
+            let attempts = source["attempts"].as_u64().unwrap_or(0) + 1;
+            source["attempts"] = json!(attempts);
             let answer = self.put("jobs", id, tenant, source, Some(version), false).await?;
-            Ok::<bool, Error>(answer.status != 409)
+            Ok::<Option<u32>, Error>(
+                (answer.status != 409).then(|| u32::try_from(attempts).unwrap_or(u32::MAX)),
+            )
         };
-        if leased(source, version).await? {
-            return Ok(true);
+        if let Some(attempts) = leased(source, version).await? {
+            return Ok(Some(attempts));
         }
         match self.get("jobs", id, tenant).await? {
             Some(current) if due_at(&current.source, docs::micros(now)) => {
                 leased(current.source, (current.seq_no, current.primary_term)).await
             }
-            _ => Ok(false),
+            _ => Ok(None),
         }
     }
 
@@ -1569,6 +1581,37 @@ impl MemoryStore for ClusterStore {
         }
     }
 
+    async fn use_once(&self, key: &str, now: DateTime<Utc>, until: DateTime<Utc>) -> Result<bool> {
+        self.ready()?;
+        let id = format!("used:{key}");
+        let body = json!({ "id": id, "until": docs::micros(until) });
+        for _ in 0..10 {
+            let answer = self.put("state", &id, SYSTEM, body.clone(), None, false).await?;
+            if answer.ok() {
+                return Ok(true);
+            }
+            // Used before: again only once that use has expired (compare-and-set).
+            let Some(used) = self.get("state", &id, SYSTEM).await? else {
+                continue;
+            };
+            if used.source["until"]
+                .as_i64()
+                .is_some_and(|at| at >= docs::micros(now))
+            {
+                return Ok(false);
+            }
+            let version = Some((used.seq_no, used.primary_term));
+            if self
+                .put("state", &id, SYSTEM, body.clone(), version, false)
+                .await?
+                .ok()
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     async fn record_usage(&self, scope: &Scope, uses: &[UseCount]) -> Result<()> {
         self.ready()?;
         self.add_usage(scope, uses).await
@@ -1946,14 +1989,15 @@ impl MemoryStore for ClusterStore {
         }
         for hit in due {
             let owner: records::Owner = hit.read()?;
-            let job = records::read_job(&hit.source)?;
+            let mut job = records::read_job(&hit.source)?;
             let version = hit.version()?;
-            if !self
+            let Some(attempts) = self
                 .lease(&job.id, &owner.tenant, version, hit.source, now, lease_until)
                 .await?
-            {
+            else {
                 continue; // another worker took it
-            }
+            };
+            job.attempts = attempts;
             // The job was written under an authenticated scope; a document that no longer
             // parses as one is reported, never guessed at.
             let tenant = TenantId::parse(&owner.tenant)?;
@@ -1978,7 +2022,6 @@ impl MemoryStore for ClusterStore {
             return Ok(());
         };
         let mut source = doc.source.clone();
-        source["attempts"] = json!(source["attempts"].as_u64().unwrap_or(0) + 1);
         source["run_after"] = json!(docs::micros(run_after));
         source["last_error"] = json!(error);
         source["timestamp"] = json!(docs::timestamp(Utc::now()));
@@ -1996,6 +2039,85 @@ impl MemoryStore for ClusterStore {
             Some((doc.seq_no, doc.primary_term)),
         )
         .await?;
+        Ok(())
+    }
+
+    async fn defer_job(&self, scope: &Scope, job_id: &str, run_after: DateTime<Utc>) -> Result<()> {
+        self.ready()?;
+        let tenant = scope.tenant().as_str();
+        for _ in 0..10 {
+            let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
+                return Ok(());
+            };
+            let mut source = doc.source.clone();
+            source["attempts"] = json!(source["attempts"].as_u64().unwrap_or(0).saturating_sub(1));
+            source["run_after"] = json!(docs::micros(run_after));
+            if let Value::Object(map) = &mut source {
+                map.remove("leased_until");
+            }
+            let answer = self
+                .write_if(
+                    "jobs",
+                    job_id,
+                    tenant,
+                    source,
+                    Some((doc.seq_no, doc.primary_term)),
+                )
+                .await?;
+            if answer.status != 409 {
+                return Ok(());
+            }
+        }
+        Err(Error::Unavailable(format!("job {job_id}: too much contention")))
+    }
+
+    async fn lease_scope_runs(
+        &self,
+        scope: &Scope,
+        holder: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool> {
+        self.ready()?;
+        let tenant = scope.tenant().as_str();
+        let id = runs_id(scope);
+        let lease = json!({ "tenant": tenant, "user": scope.user().as_str(), "id": id,
+                            "holder": holder, "until": docs::micros(until) });
+        for _ in 0..10 {
+            let current = self.get("state", &id, tenant).await?;
+            let version = match &current {
+                Some(doc) => {
+                    let other = doc.source["holder"].as_str().is_some_and(|held| held != holder);
+                    let lasting = doc.source["until"]
+                        .as_i64()
+                        .is_some_and(|at| at > docs::micros(now));
+                    if other && lasting {
+                        return Ok(false);
+                    }
+                    Some((doc.seq_no, doc.primary_term))
+                }
+                None => None,
+            };
+            let answer = self
+                .put("state", &id, tenant, lease.clone(), version, false)
+                .await?;
+            if answer.ok() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn release_scope_runs(&self, scope: &Scope, holder: &str) -> Result<()> {
+        self.ready()?;
+        let tenant = scope.tenant().as_str();
+        let id = runs_id(scope);
+        if let Some(doc) = self.get("state", &id, tenant).await?
+            && doc.source["holder"].as_str() == Some(holder)
+        {
+            self.delete_doc("state", &id, tenant, Some((doc.seq_no, doc.primary_term)), false)
+                .await?;
+        }
         Ok(())
     }
 

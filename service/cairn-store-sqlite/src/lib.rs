@@ -89,11 +89,13 @@ impl SqliteStore {
         }
         schema::migrate(&mut writer).map_err(storage)?;
         // The embedded store belongs to one process: a lease left in the file was held
-        // by a process that is gone, so its job is due again now.
+        // by a process that is gone, so its job is due again now (its attempt counted),
+        // and its scope's runs are free.
         writer
-            .execute(
-                "UPDATE jobs SET leased_until = NULL WHERE leased_until IS NOT NULL",
-                [],
+            .execute_batch(
+                "UPDATE jobs SET leased_until = NULL WHERE leased_until IS NOT NULL; \
+                 UPDATE consolidation_state SET runs_holder = NULL, runs_until = NULL \
+                 WHERE runs_holder IS NOT NULL;",
             )
             .map_err(storage)?;
         // The secret page cursors are enciphered under: made once, kept in the file.
@@ -1081,7 +1083,7 @@ impl MemoryStore for SqliteStore {
             };
             transaction
                 .execute(
-                    "UPDATE jobs SET leased_until = ?1 WHERE seq = ?2",
+                    "UPDATE jobs SET leased_until = ?1, attempts = attempts + 1 WHERE seq = ?2",
                     params![micros(lease_until), seq],
                 )
                 .map_err(storage)?;
@@ -1119,7 +1121,7 @@ impl MemoryStore for SqliteStore {
             let dead_at = dead.then(|| micros(Utc::now()));
             connection
                 .execute(
-                    "UPDATE jobs SET leased_until = NULL, attempts = attempts + 1, run_after = ?1, \
+                    "UPDATE jobs SET leased_until = NULL, run_after = ?1, \
                      last_error = ?2, dead_at = ?3 WHERE id = ?4 AND tenant = ?5 AND user_id = ?6",
                     params![
                         micros(run_after),
@@ -1132,6 +1134,84 @@ impl MemoryStore for SqliteStore {
                 )
                 .map_err(storage)?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn defer_job(&self, scope: &Scope, job_id: &str, run_after: DateTime<Utc>) -> Result<()> {
+        let (scope, job_id) = (scope.clone(), job_id.to_owned());
+        self.write(move |connection| {
+            connection
+                .execute(
+                    "UPDATE jobs SET leased_until = NULL, run_after = ?1, \
+                     attempts = max(attempts - 1, 0) WHERE id = ?2 AND tenant = ?3 AND user_id = ?4",
+                    params![
+                        micros(run_after),
+                        job_id,
+                        scope.tenant().as_str(),
+                        scope.user().as_str()
+                    ],
+                )
+                .map(|_| ())
+                .map_err(storage)
+        })
+        .await
+    }
+
+    async fn lease_scope_runs(
+        &self,
+        scope: &Scope,
+        holder: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool> {
+        let (scope, holder) = (scope.clone(), holder.to_owned());
+        self.write(move |connection| {
+            let (tenant, user) = (scope.tenant().as_str(), scope.user().as_str());
+            let taken = connection
+                .execute(
+                    "INSERT INTO consolidation_state (tenant, user_id, watermark, runs_holder, runs_until) \
+                     VALUES (?1, ?2, 0, ?3, ?4) ON CONFLICT (tenant, user_id) DO UPDATE SET \
+                     runs_holder = excluded.runs_holder, runs_until = excluded.runs_until \
+                     WHERE runs_holder IS NULL OR runs_holder = excluded.runs_holder OR runs_until <= ?5",
+                    params![tenant, user, holder, micros(until), micros(now)],
+                )
+                .map_err(storage)?;
+            Ok(taken == 1)
+        })
+        .await
+    }
+
+    async fn release_scope_runs(&self, scope: &Scope, holder: &str) -> Result<()> {
+        let (scope, holder) = (scope.clone(), holder.to_owned());
+        self.write(move |connection| {
+            connection
+                .execute(
+                    "UPDATE consolidation_state SET runs_holder = NULL, runs_until = NULL \
+                     WHERE tenant = ?1 AND user_id = ?2 AND runs_holder = ?3",
+                    params![scope.tenant().as_str(), scope.user().as_str(), holder],
+                )
+                .map(|_| ())
+                .map_err(storage)
+        })
+        .await
+    }
+
+    async fn use_once(&self, key: &str, now: DateTime<Utc>, until: DateTime<Utc>) -> Result<bool> {
+        let key = key.to_owned();
+        self.write(move |connection| {
+            let transaction = connection.transaction().map_err(storage)?;
+            transaction
+                .execute("DELETE FROM used_once WHERE until < ?1", params![micros(now)])
+                .map_err(storage)?;
+            let first = transaction
+                .execute(
+                    "INSERT INTO used_once (key, until) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
+                    params![key, micros(until)],
+                )
+                .map_err(storage)?;
+            transaction.commit().map_err(storage)?;
+            Ok(first == 1)
         })
         .await
     }

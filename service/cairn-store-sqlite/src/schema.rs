@@ -329,10 +329,14 @@ CREATE INDEX reviews_value ON reviews (tenant, user_id, fingerprint);
 
 /// Version 7: each scope's erasure generation, advanced by every erasure (which keeps
 /// the scope's state row for it), so a change that read the scope before an erasure
-/// can require that nothing was erased since (`Change::RequireGeneration`); and the
-/// claim of an import under way.
+/// can require that nothing was erased since (`Change::RequireGeneration`); the claim
+/// of an import under way; the lease on the scope's consolidation runs; and keys used
+/// once (console login tickets).
 const GENERATIONS: &str = r#"
 ALTER TABLE consolidation_state ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE consolidation_state ADD COLUMN import_claim TEXT;
 ALTER TABLE consolidation_state ADD COLUMN import_claimed_at INTEGER;
+ALTER TABLE consolidation_state ADD COLUMN runs_holder TEXT;
+ALTER TABLE consolidation_state ADD COLUMN runs_until INTEGER;
+CREATE TABLE used_once (key TEXT PRIMARY KEY, until INTEGER NOT NULL);
 "#;

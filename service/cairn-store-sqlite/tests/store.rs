@@ -166,6 +166,9 @@ async fn upgrading_from_version_2_indexes_episode_context() {
                  ALTER TABLE consolidation_state DROP COLUMN generation;
                  ALTER TABLE consolidation_state DROP COLUMN import_claim;
                  ALTER TABLE consolidation_state DROP COLUMN import_claimed_at;
+                 ALTER TABLE consolidation_state DROP COLUMN runs_holder;
+                 ALTER TABLE consolidation_state DROP COLUMN runs_until;
+                 DROP TABLE used_once;
                  DROP TABLE reviews;
                  UPDATE schema_meta SET value = '2' WHERE key = 'version';",
             )

@@ -42,6 +42,8 @@ macro_rules! conformance_suite {
             erasure_fences_what_began_before_it,
             imports_claim_the_scope_one_at_a_time,
             forgetting_a_held_fact_takes_its_review,
+            a_scopes_runs_are_leased_to_one_holder_at_a_time,
+            a_key_is_used_once_until_it_expires,
             no_read_crosses_a_scope,
             audit_keys_belong_to_their_scope_and_die_with_it,
             whole_set_reads_are_never_cut_short,
@@ -2222,8 +2224,34 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
         .await
         .expect("claim")
         .expect("due");
-    assert_eq!(retried.attempts, 1);
+    // Each claim counts an attempt (a run that kills its worker counts too): the one
+    // after the expired lease, and this one.
+    assert_eq!(retried.attempts, 2);
     assert_eq!(retried.last_error.as_deref(), Some("provider timed out"));
+    // Given back uncounted (its scope ran elsewhere), it is due when said, one attempt
+    // fewer.
+    store
+        .defer_job(&alice, &queued.id, retry_at + Duration::minutes(1))
+        .await
+        .expect("defer");
+    assert!(
+        store
+            .claim_job(retry_at, retry_at + Duration::seconds(30), None)
+            .await
+            .expect("claim")
+            .is_none(),
+        "not due before its new time"
+    );
+    let (_, deferred) = store
+        .claim_job(
+            retry_at + Duration::minutes(1),
+            retry_at + Duration::minutes(2),
+            None,
+        )
+        .await
+        .expect("claim")
+        .expect("due");
+    assert_eq!(deferred.attempts, 2, "the deferral counted nothing");
 
     // Completing from another scope touches nothing.
     let foreign =
@@ -2339,7 +2367,116 @@ pub async fn tenants_take_turns_and_dead_letters_wait_for_a_retry(store: Arc<dyn
         .expect("claim")
         .expect("the retried job is due");
     assert_eq!((scope, job.id.clone()), (quiet.clone(), stuck.id.clone()));
-    assert_eq!((job.attempts, job.dead_at, job.last_error), (0, None, None));
+    // Retried: no attempt counted but this claim's, no dead letter, no error.
+    assert_eq!((job.attempts, job.dead_at, job.last_error), (1, None, None));
+}
+
+/// The lease on a scope's consolidation runs is held by one holder at a time: another
+/// is refused until it is released or runs out; the holder renews it; other scopes are
+/// free.
+pub async fn a_scopes_runs_are_leased_to_one_holder_at_a_time(store: Arc<dyn MemoryStore>) {
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let now = Utc::now();
+    let until = now + Duration::seconds(60);
+    assert!(
+        store
+            .lease_scope_runs(&alice, "one", now, until)
+            .await
+            .expect("lease")
+    );
+    assert!(
+        !store
+            .lease_scope_runs(&alice, "two", now, until)
+            .await
+            .expect("lease"),
+        "held by another"
+    );
+    assert!(
+        store
+            .lease_scope_runs(
+                &alice,
+                "one",
+                now + Duration::seconds(20),
+                until + Duration::seconds(20)
+            )
+            .await
+            .expect("renew"),
+        "the holder renews it"
+    );
+    assert!(
+        store
+            .lease_scope_runs(&bob, "two", now, until)
+            .await
+            .expect("lease"),
+        "another scope"
+    );
+    store
+        .release_scope_runs(&alice, "two")
+        .await
+        .expect("release another's");
+    assert!(
+        !store
+            .lease_scope_runs(&alice, "two", now, until)
+            .await
+            .expect("lease"),
+        "releasing another's lease changes nothing"
+    );
+    assert!(
+        store
+            .lease_scope_runs(
+                &alice,
+                "two",
+                until + Duration::seconds(21),
+                until + Duration::seconds(80)
+            )
+            .await
+            .expect("lease"),
+        "a lease that ran out is taken"
+    );
+    store.release_scope_runs(&alice, "two").await.expect("release");
+    assert!(
+        store
+            .lease_scope_runs(&alice, "three", now, until)
+            .await
+            .expect("lease"),
+        "released"
+    );
+}
+
+/// A one-time key (a console login ticket's id) is used once across every process
+/// sharing the store, until its use expires; another key is independent.
+pub async fn a_key_is_used_once_until_it_expires(store: Arc<dyn MemoryStore>) {
+    let now = Utc::now();
+    let until = now + Duration::seconds(150);
+    let key = format!("ui-login:{}", new_id("login"));
+    assert!(
+        store.use_once(&key, now, until).await.expect("use"),
+        "the first use"
+    );
+    assert!(
+        !store.use_once(&key, now, until).await.expect("use"),
+        "a second use is refused"
+    );
+    assert!(
+        !store
+            .use_once(&key, until - Duration::seconds(1), until)
+            .await
+            .expect("use"),
+        "refused for as long as the first use holds"
+    );
+    let other = format!("ui-login:{}", new_id("login"));
+    assert!(
+        store.use_once(&other, now, until).await.expect("use"),
+        "another key"
+    );
+    assert!(
+        store
+            .use_once(&key, until + Duration::seconds(1), until + Duration::seconds(150))
+            .await
+            .expect("use"),
+        "past its expiry the key is a new one"
+    );
 }
 
 /// A scope's audit key is created once, kept through the scope's other state changes,

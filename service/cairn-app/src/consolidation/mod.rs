@@ -201,6 +201,9 @@ pub enum JobRun {
     Failed(Error),
     /// The run failed once too often; the job waits in the dead letters for a retry.
     DeadLettered(Error),
+    /// Another process runs the scope's consolidation now: the job was given back,
+    /// uncounted, to come due when that run's lease ends.
+    Deferred,
 }
 
 /// How a consolidation run was asked for.
@@ -331,11 +334,37 @@ impl Cairn {
             background: true,
             ..ConsolidateOptions::default()
         };
+        // The claim counted this attempt: a job whose runs kept killing their worker
+        // (never released as failed) is dead-lettered instead of run once more.
+        if job.attempts > settings.max_attempts {
+            let error = Error::Storage(format!(
+                "the worker stopped during each of the job's last {} runs",
+                job.attempts - 1
+            ));
+            tracing::error!(tenant = %scope.tenant(), job = %job.id, "{error}; the job is dead-lettered until retried");
+            self.store
+                .release_job(&scope, &job.id, now(), &error.to_string(), true)
+                .await?;
+            return Ok(Some(JobRun::DeadLettered(error)));
+        }
+        // One run per scope across every process: another process's run of this scope
+        // gets the job back uncounted, due when its lease ends.
+        let holder = format!("job:{}", job.id);
+        let Some(lease) = self.lease_runs(&scope, &holder, None).await? else {
+            self.store
+                .defer_job(&scope, &job.id, now() + runs_lease())
+                .await?;
+            return Ok(Some(JobRun::Deferred));
+        };
         let _running = Running::note(&self.consolidator.running, &scope, &job.id);
-        match self.consolidate(&scope, &context, options).await {
+        let ran = self
+            .consolidate_leased(&scope, &context, options, Some(&lease))
+            .await;
+        lease.release().await;
+        match ran {
             Ok(outcome) => Ok(Some(JobRun::Done(outcome))),
             Err(error) => {
-                let dead = job.attempts + 1 >= settings.max_attempts;
+                let dead = job.attempts >= settings.max_attempts;
                 if dead {
                     tracing::error!(
                         tenant = %scope.tenant(),
@@ -349,7 +378,7 @@ impl Cairn {
                         .await?;
                     return Ok(Some(JobRun::DeadLettered(error)));
                 }
-                let exponent = job.attempts.min(16);
+                let exponent = job.attempts.saturating_sub(1).min(16);
                 let delay = settings
                     .retry_base
                     .checked_mul(1_i32 << exponent.min(30))
@@ -383,17 +412,7 @@ impl Cairn {
             .unwrap_or_default();
         let mut given = 0;
         for (scope, job_id) in running {
-            match self
-                .store
-                .release_job(
-                    &scope,
-                    &job_id,
-                    now(),
-                    "the service stopped during the run",
-                    false,
-                )
-                .await
-            {
+            match self.store.defer_job(&scope, &job_id, now()).await {
                 Ok(()) => given += 1,
                 Err(error) => {
                     tracing::warn!(job = %job_id, error = %error, "giving a job back failed; its lease runs out")
@@ -401,6 +420,38 @@ impl Cairn {
             }
         }
         given
+    }
+
+    /// Takes the lease on the scope's runs for `holder`, waiting up to `wait` while
+    /// another process holds it; `None` when it is still held elsewhere. The lease is
+    /// renewed while the returned guard lives and released when it is dropped.
+    async fn lease_runs(
+        &self,
+        scope: &Scope,
+        holder: &str,
+        wait: Option<std::time::Duration>,
+    ) -> Result<Option<RunsLease>> {
+        let deadline = wait.map(|wait| std::time::Instant::now() + wait);
+        loop {
+            let at = now();
+            if self
+                .store
+                .lease_scope_runs(scope, holder, at, at + runs_lease())
+                .await?
+            {
+                return Ok(Some(RunsLease::keep(
+                    Arc::clone(&self.store),
+                    scope.clone(),
+                    holder.to_owned(),
+                )));
+            }
+            match deadline {
+                Some(deadline) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                }
+                _ => return Ok(None),
+            }
+        }
     }
 
     /// The scope's consolidation jobs, queued and dead-lettered, oldest first.
@@ -437,13 +488,26 @@ impl Cairn {
             .ok_or(Error::NotFound { what: "job" })
     }
 
-    /// Runs consolidation of the scope now. Runs of one scope never interleave: a
-    /// second waits for the first, then finds the episodes already consumed.
+    /// Runs consolidation of the scope now. Runs of one scope never interleave, in this
+    /// process or across processes: a second waits for the first (another process's
+    /// for at most [`RUNS_WAIT`], then a conflict), then finds the episodes consumed.
     pub async fn consolidate(
         &self,
         scope: &Scope,
         context: &RequestContext,
         options: ConsolidateOptions,
+    ) -> Result<ConsolidationOutcome> {
+        self.consolidate_leased(scope, context, options, None).await
+    }
+
+    /// [`Cairn::consolidate`], under `held`, the lease on the scope's runs the caller
+    /// took, or under one it takes itself.
+    async fn consolidate_leased(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        options: ConsolidateOptions,
+        held: Option<&RunsLease>,
     ) -> Result<ConsolidationOutcome> {
         if !options.background {
             self.require_budget(scope.tenant())?;
@@ -451,8 +515,38 @@ impl Cairn {
         let lock = self.consolidator.lock_for(scope)?;
         let _guard = lock.exclusive.lock().await;
         lock.check_not_erasing()?;
-        let settings = self.settings.consolidation.clone();
         let run_id = new_id("run");
+        let own_lease = match held {
+            Some(_) => None,
+            None => Some(
+                self.lease_runs(scope, &run_id, Some(RUNS_WAIT))
+                    .await?
+                    .ok_or_else(|| Error::Conflict {
+                        code: cairn_core::ErrorCode::WatermarkMoved,
+                        message:
+                            "another process is consolidating this user now; the episodes are stored and \
+                                  its run takes them"
+                                .into(),
+                    })?,
+            ),
+        };
+        let ran = self.run_batches(scope, context, options, &lock, run_id).await;
+        if let Some(lease) = own_lease {
+            lease.release().await;
+        }
+        ran
+    }
+
+    /// The batches of a run, under the scope's lock and its lease on runs.
+    async fn run_batches(
+        &self,
+        scope: &Scope,
+        context: &RequestContext,
+        options: ConsolidateOptions,
+        lock: &ScopeLock,
+        run_id: String,
+    ) -> Result<ConsolidationOutcome> {
+        let settings = self.settings.consolidation.clone();
         // Read before anything the run derives from: an erasure after it, in any
         // process, fences every commit of the run (`RequireGeneration`).
         let generation = self.store.generation(scope).await?;
@@ -1511,5 +1605,85 @@ impl Drop for Running {
         if let Ok(mut jobs) = self.running.lock() {
             jobs.retain(|(_, id)| *id != self.job_id);
         }
+    }
+}
+
+/// How long a lease on a scope's runs lasts unless renewed: a process that dies holding
+/// it delays the scope's next run by at most this.
+fn runs_lease() -> Duration {
+    Duration::seconds(60)
+}
+
+/// How long an explicit run waits for another process's run of the same scope.
+pub const RUNS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A lease on a scope's consolidation runs held by this process: renewed every third of
+/// its length while the guard lives, released when it is dropped.
+pub(crate) struct RunsLease {
+    store: Arc<dyn cairn_core::MemoryStore>,
+    scope: Scope,
+    holder: String,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl RunsLease {
+    fn keep(store: Arc<dyn cairn_core::MemoryStore>, scope: Scope, holder: String) -> RunsLease {
+        let renewer = {
+            let (store, scope, holder) = (Arc::clone(&store), scope.clone(), holder.clone());
+            tokio::spawn(async move {
+                let every = runs_lease()
+                    .to_std()
+                    .unwrap_or(std::time::Duration::from_secs(60))
+                    / 3;
+                loop {
+                    tokio::time::sleep(every).await;
+                    let at = now();
+                    match store
+                        .lease_scope_runs(&scope, &holder, at, at + runs_lease())
+                        .await
+                    {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(tenant = %scope.tenant(), "the lease on a run was taken over");
+                            return;
+                        }
+                        Err(error) => tracing::warn!(error = %error, "renewing a run's lease failed"),
+                    }
+                }
+            })
+        };
+        RunsLease {
+            store,
+            scope,
+            holder,
+            renewer,
+        }
+    }
+}
+
+impl RunsLease {
+    /// Releases the lease now, before the next run of this process may take it.
+    async fn release(mut self) {
+        self.renewer.abort();
+        if let Err(error) = self.store.release_scope_runs(&self.scope, &self.holder).await {
+            tracing::warn!(error = %error, "releasing a run's lease failed; it runs out");
+        }
+        self.holder.clear();
+    }
+}
+
+impl Drop for RunsLease {
+    /// A lease not released (a run that failed on its way) is released in the background.
+    fn drop(&mut self) {
+        self.renewer.abort();
+        if self.holder.is_empty() {
+            return;
+        }
+        let (store, scope, holder) = (Arc::clone(&self.store), self.scope.clone(), self.holder.clone());
+        tokio::spawn(async move {
+            if let Err(error) = store.release_scope_runs(&scope, &holder).await {
+                tracing::warn!(error = %error, "releasing a run's lease failed; it runs out");
+            }
+        });
     }
 }

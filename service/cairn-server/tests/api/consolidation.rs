@@ -1656,3 +1656,188 @@ async fn a_run_held_by_a_gap_comes_back_when_it_stops_holding() {
             .expect("delete the test's indices");
     }
 }
+
+/// Two replicas (two services on one cluster prefix, each with its own process-local
+/// lock) asked to consolidate the same user at once: the store's lease on the user's
+/// runs lets one extract while the other waits, then finds the episodes consumed. Each
+/// batch is extracted once, and both runs answer 200.
+#[actix_web::test]
+async fn two_replicas_consolidating_one_user_extract_each_batch_once() {
+    use cairn_server::config::Backend;
+    for (variable, backend) in [
+        ("CAIRN_TEST_OPENSEARCH_URL", Backend::Opensearch),
+        ("CAIRN_TEST_ELASTICSEARCH_URL", Backend::Elasticsearch),
+    ] {
+        let Some(url) = super::test_cluster(variable) else {
+            eprintln!("skipped on {backend:?}: {variable} is not set");
+            continue;
+        };
+        let script = Arc::new(Mutex::new(Script {
+            extract: vec![(
+                "I love Lisbon",
+                vec![("The user loves Lisbon.", "preference", None)],
+            )],
+            faults: vec![Fault::Sleep(Duration::from_millis(1500))].into(),
+            ..Script::default()
+        }));
+        let llm = fake_llm(Arc::clone(&script)).await;
+        let prefix = format!("cairn-api-{}", uuid::Uuid::now_v7().simple());
+        let replica = || {
+            harness_with(|config| {
+                config.backend = backend;
+                config.cluster_url = Some(url.clone());
+                config.index_prefix = prefix.clone();
+                llm_config(config, "openai", llm.clone());
+            })
+        };
+        let (first, second) = (replica().await, replica().await);
+        for harness in [&first, &second] {
+            let mut ready = false;
+            for _ in 0..120 {
+                let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
+                ready = status == StatusCode::OK;
+                if ready {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            assert!(ready, "{backend:?}: the replica became ready");
+        }
+        let owner = token("acme", ALL);
+        let (status, body, _) = call(
+            &first.service,
+            Method::POST,
+            "/v1/users/lea/episodes",
+            Some(&owner),
+            Some(json!({ "messages": [{ "role": "user", "content": "I love Lisbon" }], "consolidate": "none" })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let run = |service| {
+            let owner = owner.clone();
+            async move {
+                call(
+                    service,
+                    Method::POST,
+                    "/v1/users/lea/consolidate",
+                    Some(&owner),
+                    Some(json!({})),
+                )
+                .await
+            }
+        };
+        let ((one, first_run, _), (other, second_run, _)) =
+            tokio::join!(run(&first.service), run(&second.service));
+        assert_eq!(
+            (one, other),
+            (StatusCode::OK, StatusCode::OK),
+            "{backend:?}: {first_run} {second_run}"
+        );
+        let read: Vec<u64> = [&first_run, &second_run]
+            .iter()
+            .map(|outcome| outcome["episodes_read"].as_u64().unwrap_or(u64::MAX))
+            .collect();
+        let mut sorted = read.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            vec![0, 1],
+            "{backend:?}: one run read the episode: {first_run} {second_run}"
+        );
+        assert_eq!(
+            script.lock().expect("script").calls,
+            1,
+            "{backend:?}: the batch was extracted once"
+        );
+        let facts = items!(&first.service, &owner, "/v1/users/lea/facts");
+        assert_eq!(facts.len(), 1, "{backend:?}: {facts:?}");
+        let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
+            .await
+            .expect("the test cluster");
+        store.delete_indices().await.expect("clean up");
+    }
+}
+
+/// A claim counts an attempt, so a job whose runs keep killing their worker (each one
+/// claimed, none released as failed) is dead-lettered once its attempts pass the bound
+/// instead of being run again.
+#[actix_web::test]
+async fn a_job_that_keeps_killing_its_worker_is_dead_lettered() {
+    use cairn_core::MemoryStore;
+    use cairn_server::config::Backend;
+    let Some(url) = super::test_cluster("CAIRN_TEST_OPENSEARCH_URL") else {
+        eprintln!("skipped: CAIRN_TEST_OPENSEARCH_URL is not set");
+        return;
+    };
+    let prefix = format!("cairn-api-{}", uuid::Uuid::now_v7().simple());
+    let harness = harness_with(|config| {
+        config.backend = Backend::Opensearch;
+        config.cluster_url = Some(url.clone());
+        config.index_prefix = prefix.clone();
+        config.consolidation_max_attempts = 3;
+    })
+    .await;
+    let mut ready = false;
+    for _ in 0..120 {
+        let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
+        ready = status == StatusCode::OK;
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(ready, "the service became ready");
+    let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
+        .await
+        .expect("the test cluster");
+    store.bootstrap().await.expect("bootstrap");
+    let scope = super::scope_of("acme", "crashy");
+    let now = chrono::Utc::now();
+    // Three claims whose worker died before releasing the job.
+    let job = cairn_core::ConsolidationJob {
+        id: cairn_core::new_id("job"),
+        subject: "acme-service".into(),
+        request_id: "req_test".into(),
+        assistant_context: Vec::new(),
+        created_at: now,
+        run_after: now,
+        attempts: 3,
+        last_error: None,
+        dead_at: None,
+    };
+    let event = cairn_core::AuditEvent {
+        id: cairn_core::new_id("aud"),
+        at: now,
+        subject: "acme-service".into(),
+        tenant: "acme".into(),
+        user: "crashy".into(),
+        action: "episode.ingest".into(),
+        target_ids: Vec::new(),
+        request_id: "req_test".into(),
+        detail: Value::Null,
+    };
+    store
+        .commit(
+            &scope,
+            cairn_core::ChangeSet::new(event).with(cairn_core::Change::EnqueueJob(job.clone())),
+        )
+        .await
+        .expect("enqueue");
+    let mut run = None;
+    for _ in 0..50 {
+        run = harness.state.cairn.run_due_job().await.expect("run");
+        if run.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        matches!(run, Some(cairn_app::JobRun::DeadLettered(_))),
+        "the fourth claim dead-letters it: {run:?}"
+    );
+    let owner = token("acme", ALL);
+    let jobs = items!(&harness.service, &owner, "/v1/users/crashy/jobs");
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["state"], "dead", "{jobs:?}");
+    store.delete_indices().await.expect("clean up");
+}
