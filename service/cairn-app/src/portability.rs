@@ -32,6 +32,19 @@ const PAGE: usize = 500;
 /// Changes per commit while importing (a commit is one transaction or journal).
 const CHANGES_PER_COMMIT: usize = 500;
 
+/// The prefix of the origin (and proposer) of every decision and review an import
+/// brings: shown wherever they are, with what the document said after it.
+pub const IMPORTED: &str = "import:";
+
+/// `value` marked as brought by an import, within a label's 128 characters.
+fn imported(value: &str) -> String {
+    let mut marked = format!("{IMPORTED}{value}");
+    while marked.len() > 128 {
+        marked.pop();
+    }
+    marked
+}
+
 /// An import's claim on its scope not renewed for this long was left by a process that
 /// stopped; another import may take the scope (each part renews it).
 const IMPORT_CLAIM_STALE: chrono::Duration = chrono::Duration::minutes(10);
@@ -606,8 +619,10 @@ impl Cairn {
                 decision_id: map(&review.decision_id),
                 evidence_episode_ids: review.evidence_episode_ids.iter().map(|id| map(id)).collect(),
                 fingerprint: cairn_core::text::fingerprint(fact.map_or("", |fact| fact.text.as_str())),
-                origin: review.origin.clone(),
-                proposed_by: review.proposed_by.clone(),
+                // Imported history says so wherever it is shown: it was not proposed
+                // here, by that subject, but brought in by this import.
+                origin: imported(&review.origin),
+                proposed_by: imported(&review.proposed_by),
                 created_at: review.created_at,
                 status: ReviewStatus::Pending,
                 resolved_at: None,
@@ -624,7 +639,7 @@ impl Cairn {
                 reason: decision.reason.clone(),
                 fact_id: decision.fact_id.as_deref().map(map),
                 target_ids: decision.target_ids.iter().map(|id| map(id)).collect(),
-                origin: decision.origin.clone(),
+                origin: imported(&decision.origin),
                 created_at: decision.created_at,
             })
             .collect();
@@ -638,11 +653,23 @@ impl Cairn {
             decisions: decisions.len(),
             reviews: document.reviews.len(),
         };
+        // The history the document brings (decisions, and the subjects it says
+        // proposed its held changes) is audited with the import that brought it.
+        let mut proposers: Vec<&str> = document
+            .reviews
+            .iter()
+            .map(|review| review.proposed_by.as_str())
+            .collect();
+        proposers.sort_unstable();
+        proposers.dedup();
+        proposers.truncate(20);
         let detail = serde_json::json!({
             "format": FORMAT,
             "exported_from": { "tenant": document.tenant, "user": document.user },
             "exported_at": document.exported_at,
             "records": report,
+            "history": { "decisions": report.decisions, "reviews": report.reviews,
+                         "proposed_by": proposers, "origin": IMPORTED },
         });
         let mut decisions = decisions.into_iter();
         let mut part = 0;

@@ -294,6 +294,53 @@ async fn an_export_erased_and_imported_answers_as_before() {
             .any(|event| event["action"] == "user.import"),
         "{trail}"
     );
+    // The history the import brought is marked as imported wherever it is shown, and
+    // audited with the import.
+    let (_, decisions, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/decisions?limit=100",
+        Some(&owner),
+        None,
+    )
+    .await;
+    let imported: Vec<&Value> = decisions["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|decision| {
+            decision["origin"]
+                .as_str()
+                .is_some_and(|origin| origin.starts_with("import:"))
+        })
+        .collect();
+    assert_eq!(
+        imported.len(),
+        export["decisions"].as_array().map_or(0, Vec::len),
+        "every imported decision says so: {decisions}"
+    );
+    let (_, full_trail, _) = call(
+        service,
+        Method::GET,
+        "/v1/users/u1/audit?limit=100",
+        Some(&owner),
+        None,
+    )
+    .await;
+    let import_event = full_trail["items"]
+        .as_array()
+        .and_then(|events| {
+            events
+                .iter()
+                .find(|event| event["action"] == "user.import" && !event["detail"]["history"].is_null())
+        })
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(
+        import_event["detail"]["history"]["decisions"],
+        imported.len(),
+        "{full_trail}"
+    );
 
     // A document that does not hold together is refused whole.
     let mut broken = export.clone();

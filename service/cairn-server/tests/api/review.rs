@@ -627,6 +627,11 @@ async fn the_review_queue_moves_with_an_export() {
     assert_ne!(moved[0]["id"], review["id"], "new ids");
     assert_eq!(moved[0]["fact"]["text"], review["fact"]["text"]);
     assert_eq!(moved[0]["target"]["text"], review["target"]["text"]);
+    assert_eq!(
+        moved[0]["proposed_by"],
+        format!("import:{}", review["proposed_by"].as_str().unwrap_or_default()),
+        "an imported review says it came with an import: {moved:?}"
+    );
     let (status, approved) = decide(
         service,
         &token("acme", REVIEWER),
