@@ -334,6 +334,12 @@ impl Cairn {
 
     /// The queue of the scope's tenant: depth by kind and the oldest pending review (for
     /// metrics, after a review is held or decided in the scope).
+    /// Every tenant's pending review queue, the deepest `limit` first: for the
+    /// operator's metrics alone (it names tenants).
+    pub async fn review_queues(&self, limit: usize) -> Result<Vec<cairn_core::TenantQueue>> {
+        self.store.review_queues(limit).await
+    }
+
     pub async fn review_summary(&self, scope: &Scope) -> Result<ReviewSummary> {
         #[allow(clippy::disallowed_methods)]
         let tenant = TenantScope::counting_reviews_of(scope);

@@ -351,6 +351,14 @@ impl ReviewSummary {
     }
 }
 
+/// One tenant's queue of outcomes pending review: how many, and since when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantQueue {
+    pub tenant: String,
+    pub pending: u64,
+    pub oldest: Option<DateTime<Utc>>,
+}
+
 /// The page cursor of a review listing (oldest first): the last item's time and id.
 pub fn review_cursor(review: &Review) -> String {
     format!("{}.{}", review.created_at.timestamp_micros(), review.id)
@@ -494,6 +502,11 @@ pub trait MemoryStore: Send + Sync + 'static {
         )
         .await
     }
+
+    /// The pending review queue of every tenant that has one, the deepest `limit` first.
+    /// Store-wide and naming tenants: for the operator's metrics alone, so that every
+    /// process shows the same queues whichever served the reviews.
+    async fn review_queues(&self, limit: usize) -> Result<Vec<TenantQueue>>;
 
     /// Records `key` (a console login ticket's id) as used until `until`, once across
     /// every process: `true` the first time, `false` while an earlier use of it has not

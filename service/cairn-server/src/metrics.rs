@@ -17,7 +17,16 @@ pub struct Metrics {
     dead_letters: IntCounter,
     /// Each tenant's pending reviews and oldest pending review, as last counted.
     reviews: std::sync::Mutex<std::collections::HashMap<String, QueueCount>>,
+    /// When every tenant's queue was last counted from the store.
+    recounted: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How long a count of every tenant's review queue serves scrapes before the store is
+/// asked again.
+const RECOUNT_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Tenants' queues read from the store at most.
+const RECOUNTED_TENANTS: usize = 1000;
 
 /// The label of an HTTP method: the methods RFC 9110 and RFC 5789 define by name,
 /// and `other` for every extension method. HTTP lets a caller send a method of any
@@ -105,6 +114,7 @@ impl Metrics {
             llm_cost,
             dead_letters,
             reviews: std::sync::Mutex::default(),
+            recounted: std::sync::Mutex::default(),
         })
     }
 
@@ -166,6 +176,36 @@ impl Metrics {
             } else {
                 reviews.insert(tenant.to_owned(), (summary.total(), summary.oldest));
             }
+        }
+    }
+
+    /// Counts every tenant's review queue from the store, unless it was counted within
+    /// [`RECOUNT_AFTER`]: the gauges are the same on every replica, whichever served
+    /// the reviews, and an erasure's or another replica's decisions show. A failure
+    /// keeps the last counts.
+    pub async fn recount_review_queues(&self, cairn: &cairn_app::Cairn) {
+        let fresh = self
+            .recounted
+            .lock()
+            .ok()
+            .and_then(|at| *at)
+            .is_some_and(|at| at.elapsed() < RECOUNT_AFTER);
+        if fresh {
+            return;
+        }
+        match cairn.review_queues(RECOUNTED_TENANTS).await {
+            Ok(queues) => {
+                if let Ok(mut reviews) = self.reviews.lock() {
+                    *reviews = queues
+                        .into_iter()
+                        .map(|queue| (queue.tenant, (queue.pending, queue.oldest)))
+                        .collect();
+                }
+                if let Ok(mut at) = self.recounted.lock() {
+                    *at = Some(std::time::Instant::now());
+                }
+            }
+            Err(error) => tracing::warn!(error = %error, "counting the review queues failed"),
         }
     }
 

@@ -741,6 +741,7 @@ async fn metrics(state: State, request: HttpRequest) -> Reply {
             .into());
         }
     }
+    state.metrics.recount_review_queues(&state.cairn).await;
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(state.metrics.render(operator)))

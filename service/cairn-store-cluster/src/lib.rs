@@ -1741,6 +1741,28 @@ impl MemoryStore for ClusterStore {
         .await
     }
 
+    async fn review_queues(&self, limit: usize) -> Result<Vec<cairn_core::TenantQueue>> {
+        self.ready()?;
+        let answer = self.search("reviews", None, query::review_queues(limit)).await?;
+        let mut queues = Vec::new();
+        for bucket in answer["aggregations"]["tenants"]["buckets"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            if let (Some(tenant), Some(pending)) = (bucket["key"].as_str(), bucket["doc_count"].as_u64()) {
+                queues.push(cairn_core::TenantQueue {
+                    tenant: tenant.to_owned(),
+                    pending,
+                    oldest: bucket["oldest"]["value"]
+                        .as_f64()
+                        .and_then(|micros| DateTime::from_timestamp_micros(micros as i64)),
+                });
+            }
+        }
+        Ok(queues)
+    }
+
     async fn review_summary(&self, tenant: &TenantScope) -> Result<ReviewSummary> {
         self.ready()?;
         let answer = self

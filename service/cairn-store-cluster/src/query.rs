@@ -430,6 +430,19 @@ fn review_queue(mut filter: Vec<Value>, limit: usize, after: Option<(i64, &str)>
 }
 
 /// A tenant's pending reviews counted by kind, with the oldest one's time.
+/// Every tenant's pending reviews, the deepest `limit` tenants (for the operator's
+/// metrics alone: it names tenants).
+pub fn review_queues(limit: usize) -> Value {
+    json!({
+        "size": 0,
+        "query": { "bool": { "filter": [ { "term": { "status": "pending" } } ] } },
+        "aggs": { "tenants": {
+            "terms": { "field": "tenant", "size": limit.max(1), "order": [{ "_count": "desc" }, { "_key": "asc" }] },
+            "aggs": { "oldest": { "min": { "field": "created_at" } } }
+        } }
+    })
+}
+
 pub fn review_summary(tenant: &TenantScope) -> Value {
     json!({
         "size": 0,

@@ -867,6 +867,30 @@ impl MemoryStore for SqliteStore {
         self.review_page(tenant.tenant().as_str(), None, page).await
     }
 
+    async fn review_queues(&self, limit: usize) -> Result<Vec<cairn_core::TenantQueue>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |connection| {
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT tenant, count(*), min(created_at) FROM reviews WHERE status = 'pending' \
+                     GROUP BY tenant ORDER BY count(*) DESC, tenant LIMIT ?1",
+                )
+                .map_err(storage)?;
+            statement
+                .query_map(params![limit], |row| {
+                    Ok(cairn_core::TenantQueue {
+                        tenant: row.get(0)?,
+                        pending: rows::count_at(row, 1)?,
+                        oldest: rows::optional_time_at(row, 2)?,
+                    })
+                })
+                .map_err(storage)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(storage)
+        })
+        .await
+    }
+
     async fn review_summary(&self, tenant: &TenantScope) -> Result<ReviewSummary> {
         let tenant = tenant.tenant().as_str().to_owned();
         self.read(move |connection| {

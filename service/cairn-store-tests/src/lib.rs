@@ -44,6 +44,7 @@ macro_rules! conformance_suite {
             forgetting_a_held_fact_takes_its_review,
             a_scopes_runs_are_leased_to_one_holder_at_a_time,
             a_key_is_used_once_until_it_expires,
+            review_queues_are_counted_per_tenant,
             no_read_crosses_a_scope,
             audit_keys_belong_to_their_scope_and_die_with_it,
             whole_set_reads_are_never_cut_short,
@@ -2477,6 +2478,50 @@ pub async fn a_key_is_used_once_until_it_expires(store: Arc<dyn MemoryStore>) {
             .expect("use"),
         "past its expiry the key is a new one"
     );
+}
+
+/// Every tenant's pending review queue, deepest first, for the operator's metrics:
+/// resolved and erased reviews are not counted.
+pub async fn review_queues_are_counted_per_tenant(store: Arc<dyn MemoryStore>) {
+    let start = Utc::now() - Duration::seconds(60);
+    let mut held = Vec::new();
+    for (offset, (tenant, user, text)) in [
+        ("acme", "alice", "The user owns a kayak"),
+        ("acme", "bob", "The user owns a canoe"),
+        ("globex", "carol", "The user owns a raft"),
+        ("initech", "dave", "The user owns a yacht"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let owner = scope(tenant, user);
+        let pending = Fact {
+            status: FactStatus::Pending,
+            ..fact(text, start + Duration::seconds(offset as i64))
+        };
+        let waiting = review(ReviewKind::NewFact, &pending, None, pending.created_at);
+        store
+            .commit(&owner, hold(&owner, &pending, &waiting))
+            .await
+            .expect("hold");
+        held.push((owner, waiting));
+    }
+    store
+        .erase_scope(&held[3].0, audit(&held[3].0, "user.erase"))
+        .await
+        .expect("erase");
+    let queues = store.review_queues(10).await.expect("queues");
+    let counted: Vec<(String, u64)> = queues
+        .iter()
+        .map(|queue| (queue.tenant.clone(), queue.pending))
+        .collect();
+    assert_eq!(counted, vec![("acme".to_owned(), 2), ("globex".to_owned(), 1)]);
+    let oldest = queues[0].oldest.expect("the oldest pending review");
+    assert!(
+        (oldest - start).num_seconds().abs() <= 1,
+        "{oldest} against {start}"
+    );
+    assert_eq!(store.review_queues(1).await.expect("queues").len(), 1);
 }
 
 /// A scope's audit key is created once, kept through the scope's other state changes,

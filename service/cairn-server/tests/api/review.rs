@@ -667,3 +667,85 @@ async fn the_review_queue_moves_with_an_export() {
     );
     assert_eq!(count_facts(service, "acme", "u3").await, 0);
 }
+
+/// The review-queue gauges come from the store: a replica that served none of a
+/// tenant's reviews shows the same queue as the one that held them, and an erasure
+/// empties it on every replica.
+#[actix_web::test]
+async fn review_gauges_agree_across_replicas_and_follow_an_erasure() {
+    use cairn_server::config::Backend;
+    let Some(url) = super::test_cluster("CAIRN_TEST_OPENSEARCH_URL") else {
+        eprintln!("skipped: CAIRN_TEST_OPENSEARCH_URL is not set");
+        return;
+    };
+    let prefix = format!("cairn-api-{}", uuid::Uuid::now_v7().simple());
+    let replica = || {
+        harness_with(|config| {
+            config.backend = Backend::Opensearch;
+            config.cluster_url = Some(url.clone());
+            config.index_prefix = prefix.clone();
+            config.metrics_token = Some(OPERATOR.into());
+            config.tenants.insert(
+                "strict".into(),
+                cairn_server::config::TenantConfig {
+                    review: Some("all".into()),
+                    review_min_confidence: None,
+                },
+            );
+        })
+    };
+    let (first, second) = (replica().await, replica().await);
+    for harness in [&first, &second] {
+        let mut ready = false;
+        for _ in 0..120 {
+            let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
+            ready = status == StatusCode::OK;
+            if ready {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        assert!(ready, "the replica became ready");
+    }
+    let strict = token("strict", ALL);
+    let (status, body) = write(
+        &first.service,
+        &strict,
+        "u1",
+        json!({ "text": "The user drinks tea" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let gauge = |metrics: &Value| {
+        metrics
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .find(|line| line.starts_with("cairn_review_queue_depth{tenant=\"strict\"}"))
+            .map(str::to_owned)
+    };
+    let (_, metrics, _) = call(&second.service, Method::GET, "/metrics", Some(OPERATOR), None).await;
+    assert_eq!(
+        gauge(&metrics).as_deref(),
+        Some("cairn_review_queue_depth{tenant=\"strict\"} 1"),
+        "the replica that held nothing shows the queue: {metrics}"
+    );
+    let (status, _, _) = call(
+        &first.service,
+        Method::DELETE,
+        "/v1/users/u1",
+        Some(&strict),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    for harness in [&first, &second] {
+        let (_, metrics, _) = call(&harness.service, Method::GET, "/metrics", Some(OPERATOR), None).await;
+        assert_eq!(gauge(&metrics), None, "the erased queue is gone: {metrics}");
+    }
+    let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
+        .await
+        .expect("the test cluster");
+    store.delete_indices().await.expect("clean up");
+}
