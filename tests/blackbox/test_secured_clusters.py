@@ -258,11 +258,17 @@ def test_api_keys_and_bearer_tokens_through_a_stand_in(make_server, tmp_path, pk
         server.stop()
         assert f"ApiKey {api_key}" in stand_in.seen and all(seen == f"ApiKey {api_key}" for seen in stand_in.seen)
 
+        operator = "operator-scrape-credential-0123456789"
         stale, stale_token = start(make_server, tmp_path, "elasticsearch", stand_in.url,
-                                   {"CAIRN_CLUSTER_API_KEY": expired, **ca})
+                                   {"CAIRN_CLUSTER_API_KEY": expired, "CAIRN_METRICS_TOKEN": operator, **ca})
         prefixes.append(stale.prefix)
-        body = refused(stale, stale_token, "api key is expired", [expired])
+        body = refused(stale, stale_token, "rejected the credentials", [expired])
         assert "API key" in body, body
+        # The cluster's own words are for the operator's credential, not the public body.
+        assert "api key is expired" not in body, body
+        detailed = stale.call("GET", "/readyz", operator)
+        assert "api key is expired" in (detailed.json() or {}).get("detail", ""), detailed.body
+        assert expired not in detailed.body
         stale.stop()
 
         stand_in.seen.clear()
