@@ -282,7 +282,7 @@ fn decode_header(token: &str) -> Result<jsonwebtoken::Header, AuthError> {
 }
 
 /// The entries of a comma-separated list setting.
-fn list(value: Option<&str>) -> Vec<String> {
+pub fn list(value: Option<&str>) -> Vec<String> {
     value
         .unwrap_or_default()
         .split(',')

@@ -515,8 +515,12 @@ fn run() -> anyhow::Result<()> {
                 user,
                 ttl_seconds: parse_ttl(&ttl)?,
                 // The server accepts any audience and issuer of its lists: the first.
-                audience: first_of_list(config.jwt_audience.as_deref()),
-                issuer: first_of_list(config.jwt_issuer.as_deref()),
+                audience: cairn_server::auth::list(config.jwt_audience.as_deref())
+                    .into_iter()
+                    .next(),
+                issuer: cairn_server::auth::list(config.jwt_issuer.as_deref())
+                    .into_iter()
+                    .next(),
             };
             let longest = i64::try_from(config.jwt_max_ttl_seconds).unwrap_or(i64::MAX);
             if longest > 0 && request.ttl_seconds > longest {
@@ -590,13 +594,4 @@ fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!("cairn stopped");
     telemetry.shutdown();
     result
-}
-
-/// The first entry of a comma-separated list setting.
-fn first_of_list(value: Option<&str>) -> Option<String> {
-    value?
-        .split(',')
-        .map(str::trim)
-        .find(|entry| !entry.is_empty())
-        .map(str::to_owned)
 }

@@ -46,6 +46,11 @@ pub fn method_label(method: &actix_web::http::Method) -> &'static str {
     }
 }
 
+/// Seconds from `oldest` to `now` (0 when nothing is pending).
+fn age_seconds(now: chrono::DateTime<chrono::Utc>, oldest: Option<chrono::DateTime<chrono::Utc>>) -> f64 {
+    oldest.map_or(0.0, |at| (now - at).num_milliseconds().max(0) as f64 / 1000.0)
+}
+
 /// A tenant's pending reviews and when the oldest was held.
 type QueueCount = (u64, Option<chrono::DateTime<chrono::Utc>>);
 
@@ -226,11 +231,8 @@ impl Metrics {
         };
         let now = chrono::Utc::now();
         let pending: u64 = reviews.values().map(|(count, _)| count).sum();
-        let oldest = reviews
-            .values()
-            .filter_map(|(_, first)| *first)
-            .min()
-            .map_or(0.0, |at| (now - at).num_milliseconds().max(0) as f64 / 1000.0);
+        let oldest = reviews.values().filter_map(|(_, first)| *first).min();
+        let oldest = age_seconds(now, oldest);
         let registry = Registry::new_custom(Some("cairn".into()), None);
         let depth = prometheus::IntGauge::new("review_queue_pending", "Outcomes pending review, all tenants");
         let age = prometheus::Gauge::new(
@@ -257,9 +259,7 @@ impl Metrics {
         let mut tenants: Vec<(&String, &QueueCount)> = reviews.iter().collect();
         tenants.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(b.0)));
         let now = chrono::Utc::now();
-        let age = |oldest: &Option<chrono::DateTime<chrono::Utc>>| {
-            oldest.map_or(0.0, |at| (now - at).num_milliseconds().max(0) as f64 / 1000.0)
-        };
+        let age = |oldest: &Option<chrono::DateTime<chrono::Utc>>| age_seconds(now, *oldest);
         let registry = Registry::new_custom(Some("cairn".into()), None);
         let depth = prometheus::IntGaugeVec::new(
             Opts::new("review_queue_depth", "Outcomes pending review, per tenant"),

@@ -260,16 +260,7 @@ async fn a_login_ticket_used_on_one_replica_is_refused_on_another() {
     };
     let (first, second) = (replica().await, replica().await);
     for harness in [&first, &second] {
-        let mut ready = false;
-        for _ in 0..120 {
-            let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
-            ready = status == StatusCode::OK;
-            if ready {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        }
-        assert!(ready, "the replica became ready");
+        until_ready(&harness.service, "the replica").await;
     }
     let now = chrono::Utc::now().timestamp();
     let ticket = signed(
@@ -295,10 +286,7 @@ async fn a_login_ticket_used_on_one_replica_is_refused_on_another() {
         StatusCode::UNAUTHORIZED,
         "used on the other replica: {body}"
     );
-    let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
-        .await
-        .expect("the test cluster");
-    store.delete_indices().await.expect("clean up");
+    drop_indices(&url, &prefix).await;
 }
 
 /// Identity for production: several HS256 secrets at once (rotation), `aud` as a
@@ -2576,6 +2564,31 @@ fn scope_of(tenant: &str, user: &str) -> cairn_core::Scope {
     .expect("scope")
 }
 
+/// Waits until the service's store answers `/readyz` (a cluster store bootstraps its
+/// indices in the background), for at most 30 s; `what` names the service in the failure.
+async fn until_ready<S, B>(service: &S, what: &str)
+where
+    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: actix_web::body::MessageBody,
+{
+    for _ in 0..120 {
+        let (status, _, _) = call(service, Method::GET, "/readyz", None, None).await;
+        if status == StatusCode::OK {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    panic!("{what}: not ready after 30 s");
+}
+
+/// Deletes the indices a test made under `prefix` on the cluster at `url`.
+async fn drop_indices(url: &str, prefix: &str) {
+    let store = cairn_store_cluster::ClusterStore::connect(url, prefix, 384)
+        .await
+        .expect("the test cluster answers");
+    store.delete_indices().await.expect("clean up");
+}
+
 /// The test cluster's URL from `variable`, when one is set.
 #[allow(clippy::disallowed_methods)]
 fn test_cluster(variable: &str) -> Option<String> {
@@ -2606,16 +2619,7 @@ async fn a_recall_on_a_cluster_weighs_use_counts_when_asked_to() {
         .await;
         let service = &harness.service;
         // The store bootstraps its indices in the background; /readyz says when.
-        let mut ready = false;
-        for _ in 0..120 {
-            let (status, _, _) = call(service, Method::GET, "/readyz", None, None).await;
-            ready = status == StatusCode::OK;
-            if ready {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        }
-        assert!(ready, "{backend:?}: the service became ready");
+        until_ready(service, &format!("{backend:?}: the service")).await;
         let owner = token("acme", ALL);
         let mut ids = Vec::new();
         for text in [
@@ -2680,9 +2684,6 @@ async fn a_recall_on_a_cluster_weighs_use_counts_when_asked_to() {
                 "{backend:?}: {id} was used, so weighs more: {boosted}"
             );
         }
-        let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
-            .await
-            .expect("the test cluster answers");
-        store.delete_indices().await.expect("clean up");
+        drop_indices(&url, &prefix).await;
     }
 }

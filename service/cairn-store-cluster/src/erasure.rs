@@ -44,7 +44,7 @@ pub(crate) fn generation_of(state: &Value) -> u64 {
     state["generation"].as_u64().unwrap_or(0)
 }
 
-fn erasing(state: &Value) -> bool {
+pub(crate) fn erasing(state: &Value) -> bool {
     !state["erasing"].is_null()
 }
 

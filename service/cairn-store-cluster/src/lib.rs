@@ -857,7 +857,7 @@ impl ClusterStore {
         let now = docs::micros(Utc::now());
         let cutoff = now - self.gap_patience_micros();
         self.edit_state(scope, "episode positions", |state| {
-            if !state["erasing"].is_null() {
+            if erasure::erasing(state) {
                 return Err(Error::scope_erased());
             }
             let generation = erasure::generation_of(state);

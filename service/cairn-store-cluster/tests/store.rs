@@ -14,6 +14,14 @@ impl Indices {
     fn of(url: &str, store: &ClusterStore) -> Self {
         Indices(Some((url.to_owned(), store.prefix().to_owned())))
     }
+
+    /// The URL of the node the indices are on.
+    fn url(&self) -> String {
+        self.0
+            .as_ref()
+            .map(|(url, _)| url.clone())
+            .expect("the node's URL")
+    }
 }
 
 impl Drop for Indices {

@@ -341,11 +341,7 @@ impl Cairn {
                 "the worker stopped during each of the job's last {} runs",
                 job.attempts - 1
             ));
-            tracing::error!(tenant = %scope.tenant(), job = %job.id, "{error}; the job is dead-lettered until retried");
-            self.store
-                .release_job(&scope, &job.id, now(), &error.to_string(), true)
-                .await?;
-            return Ok(Some(JobRun::DeadLettered(error)));
+            return self.dead_letter(&scope, &job, error).await.map(Some);
         }
         // One run per scope across every process: another process's run of this scope
         // gets the job back uncounted, due when its lease ends.
@@ -363,41 +359,51 @@ impl Cairn {
         lease.release().await;
         match ran {
             Ok(outcome) => Ok(Some(JobRun::Done(outcome))),
-            Err(error) => {
-                let dead = job.attempts >= settings.max_attempts;
-                if dead {
-                    tracing::error!(
-                        tenant = %scope.tenant(),
-                        job = %job.id,
-                        attempts = job.attempts + 1,
-                        error = %error,
-                        "consolidation failed too often; the job is dead-lettered until retried"
-                    );
-                    self.store
-                        .release_job(&scope, &job.id, now(), &error.to_string(), true)
-                        .await?;
-                    return Ok(Some(JobRun::DeadLettered(error)));
-                }
-                let exponent = job.attempts.saturating_sub(1).min(16);
-                let delay = settings
-                    .retry_base
-                    .checked_mul(1_i32 << exponent.min(30))
-                    .unwrap_or(settings.retry_max)
-                    .min(settings.retry_max);
-                tracing::warn!(
-                    tenant = %scope.tenant(),
-                    job = %job.id,
-                    attempts = job.attempts + 1,
-                    retry_in_s = delay.num_seconds(),
-                    error = %error,
-                    "consolidation failed; the job will run again"
-                );
-                self.store
-                    .release_job(&scope, &job.id, now() + delay, &error.to_string(), false)
-                    .await?;
-                Ok(Some(JobRun::Failed(error)))
-            }
+            Err(error) => self.after_failed_run(&scope, &job, error).await.map(Some),
         }
+    }
+
+    /// Gives a job whose run failed back: again after a doubling backoff, or into the
+    /// dead letters once its attempts (each claim counted one) reach the bound.
+    async fn after_failed_run(&self, scope: &Scope, job: &ConsolidationJob, error: Error) -> Result<JobRun> {
+        let settings = &self.settings.consolidation;
+        if job.attempts >= settings.max_attempts {
+            return self.dead_letter(scope, job, error).await;
+        }
+        let exponent = job.attempts.saturating_sub(1).min(16);
+        let delay = settings
+            .retry_base
+            .checked_mul(1_i32 << exponent.min(30))
+            .unwrap_or(settings.retry_max)
+            .min(settings.retry_max);
+        tracing::warn!(
+            tenant = %scope.tenant(),
+            job = %job.id,
+            attempts = job.attempts,
+            retry_in_s = delay.num_seconds(),
+            error = %error,
+            "consolidation failed; the job will run again"
+        );
+        self.store
+            .release_job(scope, &job.id, now() + delay, &error.to_string(), false)
+            .await?;
+        Ok(JobRun::Failed(error))
+    }
+
+    /// Puts a job into the dead letters with `error`: it is not claimed again until
+    /// retried.
+    async fn dead_letter(&self, scope: &Scope, job: &ConsolidationJob, error: Error) -> Result<JobRun> {
+        tracing::error!(
+            tenant = %scope.tenant(),
+            job = %job.id,
+            attempts = job.attempts,
+            error = %error,
+            "consolidation failed too often; the job is dead-lettered until retried"
+        );
+        self.store
+            .release_job(scope, &job.id, now(), &error.to_string(), true)
+            .await?;
+        Ok(JobRun::DeadLettered(error))
     }
 
     /// Gives back the jobs this process's runs hold (a shutdown that could not wait for

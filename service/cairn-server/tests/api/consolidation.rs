@@ -2,7 +2,7 @@
 //! server on loopback speaking the OpenAI and Anthropic wire formats — so the real
 //! provider client, retries and parsing run.
 
-use super::{ALL, call, config, harness_with, token};
+use super::{ALL, call, config, drop_indices, harness_with, token, until_ready};
 use actix_web::http::{Method, StatusCode};
 use actix_web::test;
 use actix_web::web;
@@ -1573,16 +1573,7 @@ async fn a_run_held_by_a_gap_comes_back_when_it_stops_holding() {
         })
         .await;
         let service = &harness.service;
-        let mut ready = false;
-        for _ in 0..120 {
-            let (status, _, _) = call(service, Method::GET, "/readyz", None, None).await;
-            ready = status == StatusCode::OK;
-            if ready {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        assert!(ready, "{backend:?}: the service became ready");
+        until_ready(service, &format!("{backend:?}: the service")).await;
         // Another process reserves the first position for an ingest and dies before
         // writing it.
         let elsewhere = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
@@ -1692,16 +1683,7 @@ async fn two_replicas_consolidating_one_user_extract_each_batch_once() {
         };
         let (first, second) = (replica().await, replica().await);
         for harness in [&first, &second] {
-            let mut ready = false;
-            for _ in 0..120 {
-                let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
-                ready = status == StatusCode::OK;
-                if ready {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            assert!(ready, "{backend:?}: the replica became ready");
+            until_ready(&harness.service, &format!("{backend:?}: the replica")).await;
         }
         let owner = token("acme", ALL);
         let (status, body, _) = call(
@@ -1751,10 +1733,7 @@ async fn two_replicas_consolidating_one_user_extract_each_batch_once() {
         );
         let facts = items!(&first.service, &owner, "/v1/users/lea/facts");
         assert_eq!(facts.len(), 1, "{backend:?}: {facts:?}");
-        let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
-            .await
-            .expect("the test cluster");
-        store.delete_indices().await.expect("clean up");
+        drop_indices(&url, &prefix).await;
     }
 }
 
@@ -1777,16 +1756,7 @@ async fn a_job_that_keeps_killing_its_worker_is_dead_lettered() {
         config.consolidation_max_attempts = 3;
     })
     .await;
-    let mut ready = false;
-    for _ in 0..120 {
-        let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
-        ready = status == StatusCode::OK;
-        if ready {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert!(ready, "the service became ready");
+    until_ready(&harness.service, "the service").await;
     let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
         .await
         .expect("the test cluster");

@@ -2,7 +2,7 @@
 //! recalls as before with its tombstones still blocking; mem0 exports come in through
 //! the write gates.
 
-use super::{ALL, call, count_facts, error_code, harness_with, token, write};
+use super::{ALL, call, count_facts, drop_indices, error_code, harness_with, token, until_ready, write};
 use actix_web::http::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -619,16 +619,7 @@ async fn two_imports_into_one_user_on_two_replicas_let_one_write() {
         };
         let (first, second) = (replica().await, replica().await);
         for harness in [&first, &second] {
-            let mut ready = false;
-            for _ in 0..120 {
-                let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
-                ready = status == StatusCode::OK;
-                if ready {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-            }
-            assert!(ready, "{backend:?}: the replica became ready");
+            until_ready(&harness.service, &format!("{backend:?}: the replica")).await;
         }
         let owner = token("acme", ALL);
         for index in 0..40 {
@@ -696,10 +687,7 @@ async fn two_imports_into_one_user_on_two_replicas_let_one_write() {
             Some(40),
             "{backend:?}: the user's memory is not doubled"
         );
-        let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
-            .await
-            .expect("the test cluster");
-        store.delete_indices().await.expect("clean up");
+        drop_indices(&url, &prefix).await;
     }
 }
 

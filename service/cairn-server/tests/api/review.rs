@@ -696,16 +696,7 @@ async fn review_gauges_agree_across_replicas_and_follow_an_erasure() {
     };
     let (first, second) = (replica().await, replica().await);
     for harness in [&first, &second] {
-        let mut ready = false;
-        for _ in 0..120 {
-            let (status, _, _) = call(&harness.service, Method::GET, "/readyz", None, None).await;
-            ready = status == StatusCode::OK;
-            if ready {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        }
-        assert!(ready, "the replica became ready");
+        until_ready(&harness.service, "the replica").await;
     }
     let strict = token("strict", ALL);
     let (status, body) = write(
@@ -744,8 +735,5 @@ async fn review_gauges_agree_across_replicas_and_follow_an_erasure() {
         let (_, metrics, _) = call(&harness.service, Method::GET, "/metrics", Some(OPERATOR), None).await;
         assert_eq!(gauge(&metrics), None, "the erased queue is gone: {metrics}");
     }
-    let store = cairn_store_cluster::ClusterStore::connect(&url, &prefix, 384)
-        .await
-        .expect("the test cluster");
-    store.delete_indices().await.expect("clean up");
+    drop_indices(&url, &prefix).await;
 }

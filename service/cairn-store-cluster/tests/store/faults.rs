@@ -568,11 +568,7 @@ async fn an_ingest_is_whole_after_a_failure_at_any_point() {
     let Some((proxy, direct, proxied, cleanup)) = stores().await else {
         return;
     };
-    let url = cleanup
-        .0
-        .as_ref()
-        .map(|(url, _)| url.clone())
-        .expect("the node's URL");
+    let url = cleanup.url();
     for mode in [Mode::Refuse, Mode::LoseAnswer] {
         let mut point = 0;
         let mut bulk_failures_retried = 0;
@@ -709,11 +705,7 @@ async fn an_erasure_overtakes_a_commit_held_after_its_commit_point() {
     let Some((proxy, direct, proxied, cleanup)) = stores().await else {
         return;
     };
-    let url = cleanup
-        .0
-        .as_ref()
-        .map(|(url, _)| url.clone())
-        .expect("the node's URL");
+    let url = cleanup.url();
     let scope = cairn_store_tests::scope("acme", "held-commit");
     let world = World::seed(&direct, &scope).await;
     let result = {
@@ -742,11 +734,7 @@ async fn an_erasure_overtakes_an_ingest_held_at_its_bulk() {
     let Some((proxy, direct, proxied, cleanup)) = stores().await else {
         return;
     };
-    let url = cleanup
-        .0
-        .as_ref()
-        .map(|(url, _)| url.clone())
-        .expect("the node's URL");
+    let url = cleanup.url();
     let scope = cairn_store_tests::scope("acme", "held-ingest");
     let earlier = cairn_store_tests::session_episode("I moved to Lisbon in March.");
     direct
@@ -788,11 +776,7 @@ async fn an_erasure_overtakes_a_recovery_held_at_its_roll_forward() {
     let Some((proxy, direct, proxied, cleanup)) = stores().await else {
         return;
     };
-    let url = cleanup
-        .0
-        .as_ref()
-        .map(|(url, _)| url.clone())
-        .expect("the node's URL");
+    let url = cleanup.url();
     let scope = cairn_store_tests::scope("acme", "held-recovery");
     let world = World::seed(&direct, &scope).await;
     // The commit passes its commit point and its bulk never reaches the node: a
