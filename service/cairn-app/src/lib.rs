@@ -209,13 +209,26 @@ impl Cairn {
         &self.settings
     }
 
-    /// Whether the store answers.
     /// Records a one-time key (a console login ticket's id) as used until `until`:
     /// `true` the first time across every process sharing the store, `false` after.
     pub async fn use_once(&self, key: &str, until: DateTime<Utc>) -> Result<bool> {
         self.store.use_once(key, now(), until).await
     }
 
+    /// Takes between `least` and `want` cells of the tenant's request rate from the
+    /// bucket the store keeps for every process; `None` when it keeps none (see
+    /// `MemoryStore::take_rate`).
+    pub async fn take_rate(
+        &self,
+        tenant: &cairn_core::TenantLimits,
+        quota: cairn_core::RateQuota,
+        want: u32,
+        least: u32,
+    ) -> Result<Option<cairn_core::RateGrant>> {
+        self.store.take_rate(tenant, quota, want, least, now()).await
+    }
+
+    /// Whether the store answers.
     pub async fn ready(&self) -> Result<()> {
         self.store.ping().await
     }

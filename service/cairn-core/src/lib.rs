@@ -9,6 +9,7 @@ pub mod consolidate;
 pub mod embed;
 pub mod error;
 pub mod ids;
+pub mod limits;
 pub mod model;
 pub mod porter;
 pub mod rerank;
@@ -23,6 +24,7 @@ pub use consolidate::{
 pub use embed::{Embedder, cosine};
 pub use error::{Error, ErrorCode, Result};
 pub use ids::new_id;
+pub use limits::{RateGrant, RateQuota, TenantLimits};
 pub use model::*;
 pub use rerank::Reranker;
 pub use scope::{Permission, Principal, Scope, TenantId, TenantScope, UserId};

@@ -7,13 +7,14 @@
 //! event, so no mutation goes unaudited.
 
 use crate::error::Result;
+use crate::limits::{RateGrant, RateQuota, TenantLimits};
 use crate::model::{
     AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, Fact, FactStatus, FactType, LoggedEpisode,
     Playbook, Review, ReviewKind, ReviewStatus, Tombstone,
 };
 use crate::scope::Scope;
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 
 /// The three memory tiers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
@@ -512,6 +513,34 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// every process: `true` the first time, `false` while an earlier use of it has not
     /// expired at `now`. Not scoped: a key names itself (it is random and unguessable).
     async fn use_once(&self, key: &str, now: DateTime<Utc>, until: DateTime<Utc>) -> Result<bool>;
+
+    /// Takes between `least` and `want` cells of the tenant's request rate at `now`,
+    /// from a bucket the store keeps for every process that shares it (see
+    /// [`RateQuota::take`]). `None`: this store keeps no shared limits, and each process
+    /// limits its own requests (the default, and the embedded store's way).
+    async fn take_rate(
+        &self,
+        _tenant: &TenantLimits,
+        _quota: RateQuota,
+        _want: u32,
+        _least: u32,
+        _now: DateTime<Utc>,
+    ) -> Result<Option<RateGrant>> {
+        Ok(None)
+    }
+
+    /// Adds `tokens` to the LLM tokens the tenant spent on `day` (UTC) and answers the
+    /// day's total, kept for every process that shares the store and across restarts
+    /// (0 tokens reads it). `None`: this store keeps no shared budget, and each process
+    /// counts its own (the default, and the embedded store's way).
+    async fn spend_tokens(
+        &self,
+        _tenant: &TenantLimits,
+        _day: NaiveDate,
+        _tokens: u64,
+    ) -> Result<Option<u64>> {
+        Ok(None)
+    }
 
     /// Records which embedding model and dimension the stored vectors use, or checks
     /// that they match what was recorded before (a mismatch is an error: vectors of two

@@ -3,11 +3,13 @@
 //! given with `--cluster URL`, side by side in one run. Every figure includes HTTP, JSON,
 //! authentication, the query embedding, reranking and use counting as the defaults
 //! have them; ingests ask for the default consolidation (`async`), so the worker runs
-//! beside them. The per-tenant rate limit is off (it would cap the calls). Prints
-//! figures; asserts nothing.
+//! beside them. The per-tenant rate limit is off (it would cap the calls) unless
+//! `--rate-limit N` sets it to N requests/s (burst at its default), high enough to
+//! refuse nothing: then its cost is in the figures (on a cluster, the bucket every
+//! replica shares). Prints figures; asserts nothing.
 //!
-//! Run with `cargo bench -p cairn-server --bench rest -- [FACTS] [--cluster URL]...`
-//! (see README; `--cluster` once per cluster). The scope under test holds FACTS facts
+//! Run with `cargo bench -p cairn-server --bench rest -- [FACTS] [--cluster URL]...
+//! [--rate-limit N]` (see README; `--cluster` once per cluster). The scope under test holds FACTS facts
 //! (default 2000), and 20 other users of the tenant 100 each.
 //!
 //! Then the review queue: a second tenant whose policy (from the config file, the way an
@@ -376,16 +378,22 @@ async fn preload(store: &dyn MemoryStore, facts: usize, sequence: &mut Sequence)
 
 fn main() {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| -> Vec<String> {
+        arguments
+            .windows(2)
+            .filter(|pair| pair[0] == name)
+            .map(|pair| pair[1].clone())
+            .collect()
+    };
     let facts = arguments
         .iter()
-        .find_map(|argument| argument.parse::<usize>().ok())
+        .enumerate()
+        .filter(|(at, _)| *at == 0 || !arguments[at - 1].starts_with("--"))
+        .find_map(|(_, argument)| argument.parse::<usize>().ok())
         .unwrap_or(2_000);
+    let rate_limit = flag("--rate-limit").pop();
     // Each cluster runs after the embedded store, in the order given.
-    let clusters: Vec<String> = arguments
-        .windows(2)
-        .filter(|pair| pair[0] == "--cluster")
-        .map(|pair| pair[1].clone())
-        .collect();
+    let clusters = flag("--cluster");
     let runtime = common::runtime();
     runtime.block_on(async {
         let client = reqwest::Client::new();
@@ -397,7 +405,12 @@ fn main() {
             let store = SqliteStore::open(directory.path()).expect("store");
             preload(&store, facts, &mut sequence).await;
         }
-        let server = serve(directory.path(), &[("CAIRN_BACKEND", "embedded".into())], &client).await;
+        let limit = rate_limit.iter().map(|rate| ("CAIRN_RATE_LIMIT_PER_SECOND", rate.clone()));
+        let env: Vec<(&str, String)> = [("CAIRN_BACKEND", "embedded".to_owned())]
+            .into_iter()
+            .chain(limit.clone())
+            .collect();
+        let server = serve(directory.path(), &env, &client).await;
         figures.push(measure("embedded".into(), &server, &client, &mut sequence).await);
         drop(server);
 
@@ -409,11 +422,14 @@ fn main() {
             let shared: Arc<dyn MemoryStore> = Arc::new(store.clone());
             preload(shared.as_ref(), facts, &mut sequence).await;
             let directory = tempfile::tempdir().expect("temp dir");
-            let env = [
+            let env: Vec<(&str, String)> = [
                 ("CAIRN_BACKEND", store.engine().as_str().to_owned()),
                 ("CAIRN_CLUSTER_URL", url.clone()),
                 ("CAIRN_INDEX_PREFIX", prefix.clone()),
-            ];
+            ]
+            .into_iter()
+            .chain(limit.clone())
+            .collect();
             let server = serve(directory.path(), &env, &client).await;
             // Timed once the node has merged the loaded segments, as it would have long
             // before a real scope reached this size (the recall benchmark times both).
@@ -423,8 +439,12 @@ fn main() {
             store.delete_indices().await.expect("clean up");
         }
 
+        let limited = match &rate_limit {
+            Some(rate) => format!("the per-tenant rate limit at {rate}/s (refusing nothing)"),
+            None => "the per-tenant rate limit off".to_owned(),
+        };
         println!(
-            "REST, cairn serve with its defaults but the per-tenant rate limit off; {facts} facts in the recalled scope, \
+            "REST, cairn serve with its defaults but {limited}; {facts} facts in the recalled scope, \
              {OTHER_USERS} other users with {FACTS_PER_OTHER_USER} each; a cluster is timed once its merges settled"
         );
         println!(

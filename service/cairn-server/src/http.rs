@@ -5,6 +5,7 @@ use crate::auth::{AuthError, Verifier};
 use crate::error::{ApiError, REQUEST_ID, json_error};
 use crate::mcp::CairnMcp;
 use crate::metrics::Metrics;
+use crate::rate::RateLimit;
 use crate::routes;
 use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
@@ -12,11 +13,8 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::{Next, from_fn};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use cairn_app::{Cairn, RequestContext};
-use cairn_core::{Permission, Principal, Scope, new_id};
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use cairn_core::{Permission, Principal, Scope, TenantLimits, new_id};
 use rmcp_actix_web::transport::StreamableHttpService;
-use std::num::NonZeroU32;
 use std::time::Instant;
 use tracing::Instrument;
 
@@ -24,9 +22,8 @@ use tracing::Instrument;
 pub struct AppState {
     pub cairn: Cairn,
     pub verifier: Verifier,
-    pub limiter: Option<DefaultKeyedRateLimiter<String>>,
-    /// The most requests the limiter admits at once.
-    pub rate_limit_burst: u32,
+    /// The per-tenant request rate (none: unlimited).
+    pub rate: Option<RateLimit>,
     /// Requests' worth of the tenant's quota that an explicit consolidation run costs.
     pub consolidation_run_cost: u32,
     pub metrics: Metrics,
@@ -55,20 +52,12 @@ impl AppState {
         metrics_require_auth: bool,
         mcp_allowed_hosts: Option<Vec<String>>,
     ) -> anyhow::Result<Self> {
-        let limiter = match (
-            NonZeroU32::new(rate_limit_per_second),
-            NonZeroU32::new(rate_limit_burst),
-        ) {
-            (Some(rate), Some(burst)) => Some(RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))),
-            _ => None,
-        };
         let mcp = crate::mcp::service(cairn.clone(), max_body_bytes, mcp_allowed_hosts);
         Ok(AppState {
             mcp,
             cairn,
             verifier,
-            limiter,
-            rate_limit_burst,
+            rate: RateLimit::new(rate_limit_per_second, rate_limit_burst),
             consolidation_run_cost: 10,
             metrics: Metrics::new()?,
             max_body_bytes,
@@ -82,41 +71,18 @@ impl AppState {
 
     /// Charges an explicit consolidation run (a synchronous ingest, `POST /consolidate`)
     /// against the tenant's quota: a run does the work of many requests.
-    pub fn charge_run(&self, tenant: &str) -> Result<(), ApiError> {
-        let cells = self.consolidation_run_cost.min(self.rate_limit_burst);
-        let (Some(limiter), Some(cells)) = (&self.limiter, NonZeroU32::new(cells)) else {
-            return Ok(());
-        };
-        match limiter.check_key_n(&tenant.to_owned(), cells) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(not_until)) => {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                tracing::warn!(tenant = %tenant, "rate limited: consolidation run");
-                Err(ApiError::RateLimited {
-                    retry_after_seconds: wait.as_secs_f64().ceil().max(1.0) as u64,
-                })
-            }
-            // More cells than the burst: cannot happen, the cost is capped at the burst.
-            Err(_) => Err(ApiError::RateLimited {
-                retry_after_seconds: 1,
-            }),
+    pub async fn charge_run(&self, tenant: &TenantLimits) -> Result<(), ApiError> {
+        match &self.rate {
+            Some(rate) => rate.admit(&self.cairn, tenant, self.consolidation_run_cost).await,
+            None => Ok(()),
         }
     }
 
     /// Admits one request of `tenant`, or says how long to wait.
-    fn admit(&self, tenant: &str) -> Result<(), ApiError> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(());
-        };
-        match limiter.check_key(&tenant.to_owned()) {
-            Ok(()) => Ok(()),
-            Err(not_until) => {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                tracing::warn!(tenant = %tenant, "rate limited");
-                Err(ApiError::RateLimited {
-                    retry_after_seconds: wait.as_secs_f64().ceil().max(1.0) as u64,
-                })
-            }
+    async fn admit(&self, tenant: &TenantLimits) -> Result<(), ApiError> {
+        match &self.rate {
+            Some(rate) => rate.admit(&self.cairn, tenant, 1).await,
+            None => Ok(()),
         }
     }
 }
@@ -167,7 +133,7 @@ pub async fn authenticate(request: &HttpRequest) -> Result<Authenticated, ApiErr
     };
     let principal = state.verifier.verify_fresh(token).await?;
     tracing::Span::current().record("tenant", principal.tenant().as_str());
-    state.admit(principal.tenant().as_str())?;
+    state.admit(&principal.limits()).await?;
     let request_id = request
         .extensions()
         .get::<RequestId>()

@@ -10,6 +10,7 @@ pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod openapi;
+pub mod rate;
 pub mod rerank;
 pub mod routes;
 pub mod telemetry;

@@ -760,7 +760,7 @@ async fn ingest(
     let scope = caller.scope(&user, Permission::Write)?;
     let request = body.into_inner().0.into_request()?;
     if request.consolidate == cairn_app::ConsolidateMode::Sync {
-        state.charge_run(scope.tenant().as_str())?;
+        state.charge_run(&scope.limits()).await?;
     }
     let outcome = state.cairn.ingest(&scope, &caller.context, request).await?;
     if let Some(run) = &outcome.consolidation.outcome {
@@ -777,7 +777,7 @@ async fn consolidate(caller: Authenticated, user: UserPath, payload: web::Payloa
         .await?
         .map(wire::ConsolidateBody::into_options)
         .unwrap_or_default();
-    state.charge_run(scope.tenant().as_str())?;
+    state.charge_run(&scope.limits()).await?;
     let outcome = match state.cairn.consolidate(&scope, &caller.context, options).await {
         Ok(outcome) => outcome,
         Err(error) => {

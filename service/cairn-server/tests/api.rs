@@ -1410,6 +1410,93 @@ async fn consolidation_runs_count_against_the_rate_limit() {
     assert_eq!(episodes["items"], json!([]), "the refused ingest stored nothing");
 }
 
+/// On a search cluster the tenant's rate limit is one bucket for every replica, kept
+/// in the store: two replicas together admit the burst once (not once each), and a
+/// replica started afterwards finds the bucket as it was left.
+#[actix_web::test]
+async fn replicas_on_a_cluster_share_one_rate_limit_that_survives_a_restart() {
+    use cairn_server::config::Backend;
+    for (variable, backend) in [
+        ("CAIRN_TEST_OPENSEARCH_URL", Backend::Opensearch),
+        ("CAIRN_TEST_ELASTICSEARCH_URL", Backend::Elasticsearch),
+    ] {
+        let Some(url) = test_cluster(variable) else {
+            eprintln!("skipped on {backend:?}: {variable} is not set");
+            continue;
+        };
+        let prefix = format!("cairn-api-{}", uuid::Uuid::now_v7().simple());
+        let replica = || {
+            harness_with(|config| {
+                config.backend = backend;
+                config.cluster_url = Some(url.clone());
+                config.index_prefix = prefix.clone();
+                config.rate_limit_per_second = 1;
+                config.rate_limit_burst = 6;
+            })
+        };
+        let (first, second) = (replica().await, replica().await);
+        for harness in [&first, &second] {
+            until_ready(&harness.service, &format!("{backend:?}: the replica")).await;
+        }
+        let busy = token("busy", ALL);
+        let started = std::time::Instant::now();
+        let mut admitted = 0;
+        for round in 0..12 {
+            let service = if round % 2 == 0 {
+                &first.service
+            } else {
+                &second.service
+            };
+            let (status, body, _) = call(service, Method::GET, "/v1/users/u1/facts", Some(&busy), None).await;
+            match status {
+                StatusCode::OK => admitted += 1,
+                StatusCode::TOO_MANY_REQUESTS => assert_eq!(error_code(&body), "rate_limited"),
+                other => panic!("{backend:?}: {other} {body}"),
+            }
+        }
+        let refilled = started.elapsed().as_secs() + 1;
+        assert!(
+            (6..=6 + refilled).contains(&admitted),
+            "{backend:?}: two replicas admitted {admitted} of 12 (burst 6, 1/s, {refilled} s)"
+        );
+
+        let drained = std::time::Instant::now();
+        let restarted = replica().await;
+        until_ready(&restarted.service, &format!("{backend:?}: the restarted replica")).await;
+        let mut again = 0;
+        for _ in 0..6 {
+            let (status, _, _) = call(
+                &restarted.service,
+                Method::GET,
+                "/v1/users/u1/facts",
+                Some(&busy),
+                None,
+            )
+            .await;
+            again += u64::from(status == StatusCode::OK);
+        }
+        let refilled = drained.elapsed().as_secs() + 1;
+        assert!(
+            again <= refilled,
+            "{backend:?}: a restarted replica admitted {again} of 6 after {refilled} s of refill"
+        );
+        let (status, _, _) = call(
+            &restarted.service,
+            Method::GET,
+            "/v1/users/u1/facts",
+            Some(&token("quiet", ALL)),
+            None,
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{backend:?}: another tenant is unaffected"
+        );
+        drop_indices(&url, &prefix).await;
+    }
+}
+
 #[actix_web::test]
 async fn tenants_past_their_rate_limit_get_429_with_retry_after() {
     let harness = harness_with(|config| {

@@ -15,6 +15,7 @@ mod commit;
 mod docs;
 mod erasure;
 mod gaps;
+mod limits;
 pub mod mappings;
 pub mod query;
 mod recalled;
@@ -22,6 +23,7 @@ mod records;
 mod reserved;
 mod statistics;
 mod usage;
+
 mod vectors;
 
 pub use client::{Access, Credentials, Engine};
@@ -1579,6 +1581,30 @@ impl MemoryStore for ClusterStore {
                  {model_id}/{dimension}; use the model the data was written with, or a new index prefix"
             )))
         }
+    }
+
+    async fn take_rate(
+        &self,
+        tenant: &cairn_core::TenantLimits,
+        quota: cairn_core::RateQuota,
+        want: u32,
+        least: u32,
+        now: DateTime<Utc>,
+    ) -> Result<Option<cairn_core::RateGrant>> {
+        self.ready()?;
+        self.take_rate_cells(tenant, quota, want, least, now)
+            .await
+            .map(Some)
+    }
+
+    async fn spend_tokens(
+        &self,
+        tenant: &cairn_core::TenantLimits,
+        day: chrono::NaiveDate,
+        tokens: u64,
+    ) -> Result<Option<u64>> {
+        self.ready()?;
+        self.spend_day_tokens(tenant, day, tokens).await.map(Some)
     }
 
     async fn use_once(&self, key: &str, now: DateTime<Utc>, until: DateTime<Utc>) -> Result<bool> {

@@ -44,6 +44,7 @@ macro_rules! conformance_suite {
             forgetting_a_held_fact_takes_its_review,
             a_scopes_runs_are_leased_to_one_holder_at_a_time,
             a_key_is_used_once_until_it_expires,
+            shared_limits_are_exact_under_concurrent_takes,
             review_queues_are_counted_per_tenant,
             no_read_crosses_a_scope,
             audit_keys_belong_to_their_scope_and_die_with_it,
@@ -2477,6 +2478,88 @@ pub async fn a_key_is_used_once_until_it_expires(store: Arc<dyn MemoryStore>) {
             .await
             .expect("use"),
         "past its expiry the key is a new one"
+    );
+}
+
+/// A store that keeps limits for every process keeps each tenant's request-rate bucket
+/// and daily token count exactly, under concurrent takes and per tenant; a store that
+/// keeps none says so for both (each process then limits on its own).
+pub async fn shared_limits_are_exact_under_concurrent_takes(store: Arc<dyn MemoryStore>) {
+    let acme = scope("acme", "alice").limits();
+    let globex = scope("globex", "alice").limits();
+    let quota = cairn_core::RateQuota {
+        per_second: 1,
+        burst: 5,
+    };
+    let now = Utc::now();
+    let today = now.date_naive();
+    let Some(first) = store.take_rate(&acme, quota, 3, 1, now).await.expect("take") else {
+        assert_eq!(
+            store.spend_tokens(&acme, today, 10).await.expect("spend"),
+            None,
+            "a store keeps both limits or neither"
+        );
+        return;
+    };
+    assert_eq!(first.granted, 3);
+    let rest = store
+        .take_rate(&acme, quota, 3, 1, now)
+        .await
+        .expect("take")
+        .expect("kept");
+    assert_eq!(rest.granted, 2, "what is left of the burst");
+    let refused = store
+        .take_rate(&acme, quota, 1, 1, now)
+        .await
+        .expect("take")
+        .expect("kept");
+    assert_eq!((refused.granted, refused.retry_after.as_secs()), (0, 1));
+    let other = store
+        .take_rate(&globex, quota, 5, 5, now)
+        .await
+        .expect("take")
+        .expect("kept");
+    assert_eq!(other.granted, 5, "each tenant has its own bucket");
+
+    // Ten takes at once from a full bucket of five: exactly five cells in all.
+    let later = now + Duration::seconds(60);
+    let takes = (0..10).map(|_| {
+        let store = Arc::clone(&store);
+        let acme = acme.clone();
+        tokio::spawn(async move { store.take_rate(&acme, quota, 1, 1, later).await })
+    });
+    let mut granted = 0;
+    for take in takes {
+        granted += take.await.expect("join").expect("take").expect("kept").granted;
+    }
+    assert_eq!(granted, 5, "concurrent takes share one bucket");
+
+    assert_eq!(store.spend_tokens(&acme, today, 0).await.expect("read"), Some(0));
+    let spends = (0..6).map(|_| {
+        let store = Arc::clone(&store);
+        let acme = acme.clone();
+        tokio::spawn(async move { store.spend_tokens(&acme, today, 100).await })
+    });
+    for spend in spends {
+        spend.await.expect("join").expect("spend");
+    }
+    assert_eq!(
+        store.spend_tokens(&acme, today, 0).await.expect("read"),
+        Some(600)
+    );
+    assert_eq!(
+        store.spend_tokens(&acme, today, 50).await.expect("spend"),
+        Some(650)
+    );
+    assert_eq!(
+        store.spend_tokens(&globex, today, 0).await.expect("read"),
+        Some(0)
+    );
+    let tomorrow = today.succ_opt().expect("a next day");
+    assert_eq!(
+        store.spend_tokens(&acme, tomorrow, 0).await.expect("read"),
+        Some(0),
+        "a new day starts from zero"
     );
 }
 

@@ -2,10 +2,12 @@
 //! consolidation may spend per UTC day. A run checks it before each batch: a
 //! background run that finds it spent defers the rest of its work to a job due when the
 //! day turns, and an explicit run that finds it spent before its first batch is
-//! refused with 429. Counted per process (each replica enforces it on its own runs).
+//! refused with 429. A store that keeps limits for every process (a search cluster)
+//! counts it for all of them and across restarts; otherwise each process counts its
+//! own, from zero when it starts (the embedded store).
 
 use crate::Cairn;
-use cairn_core::{Result, TenantId, Usage};
+use cairn_core::{Result, Scope, Usage};
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -54,39 +56,59 @@ impl Ledger {
 }
 
 impl Cairn {
+    /// Tokens the tenant spent today, after adding `tokens`: the store's count when it
+    /// keeps one, else this process's. A store that fails to answer leaves the process's
+    /// count to decide (logged), so a run is never stopped by the ledger alone.
+    async fn spend(&self, scope: &Scope, tokens: u64) -> u64 {
+        let at = crate::now();
+        let tenant = scope.tenant().as_str();
+        match self
+            .store
+            .spend_tokens(&scope.limits(), at.date_naive(), tokens)
+            .await
+        {
+            Ok(Some(total)) => return total,
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(tenant, error = %error, "the shared token budget did not answer; counting in this process")
+            }
+        }
+        self.consolidator.ledger.charge(tenant, at, tokens);
+        self.consolidator.ledger.used(tenant, at)
+    }
+
     /// The tenant's token budget today; `None` when no budget is configured.
-    pub fn token_budget(&self, tenant: &TenantId) -> Option<TokenBudget> {
+    pub async fn token_budget(&self, scope: &Scope) -> Option<TokenBudget> {
         let tokens_per_day = self.settings.consolidation.tenant_token_budget;
         if tokens_per_day == 0 {
             return None;
         }
-        let at = crate::now();
         Some(TokenBudget {
             tokens_per_day,
-            used_today: self.consolidator.ledger.used(tenant.as_str(), at),
-            resets_at: day_end(at),
+            used_today: self.spend(scope, 0).await,
+            resets_at: day_end(crate::now()),
         })
     }
 
     /// When the tenant's budget is spent: the time it resets.
-    pub(crate) fn budget_spent(&self, tenant: &TenantId) -> Option<DateTime<Utc>> {
-        self.token_budget(tenant)
+    pub(crate) async fn budget_spent(&self, scope: &Scope) -> Option<DateTime<Utc>> {
+        self.token_budget(scope)
+            .await
             .filter(|budget| budget.used_today >= budget.tokens_per_day)
             .map(|budget| budget.resets_at)
     }
 
     /// Counts tokens a run spent against its tenant's budget.
-    pub(crate) fn charge_tokens(&self, tenant: &TenantId, usage: &Usage) {
-        self.consolidator.ledger.charge(
-            tenant.as_str(),
-            crate::now(),
-            usage.input_tokens.saturating_add(usage.output_tokens),
-        );
+    pub(crate) async fn charge_tokens(&self, scope: &Scope, usage: &Usage) {
+        let tokens = usage.input_tokens.saturating_add(usage.output_tokens);
+        if tokens > 0 && self.settings.consolidation.tenant_token_budget > 0 {
+            self.spend(scope, tokens).await;
+        }
     }
 
     /// Refuses an explicit run while the tenant's budget is spent.
-    pub(crate) fn require_budget(&self, tenant: &TenantId) -> Result<()> {
-        match self.budget_spent(tenant) {
+    pub(crate) async fn require_budget(&self, scope: &Scope) -> Result<()> {
+        match self.budget_spent(scope).await {
             Some(resets_at) => Err(cairn_core::Error::QuotaExhausted {
                 code: cairn_core::ErrorCode::TokenBudgetExhausted,
                 message: format!(

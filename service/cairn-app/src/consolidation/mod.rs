@@ -516,7 +516,7 @@ impl Cairn {
         held: Option<&RunsLease>,
     ) -> Result<ConsolidationOutcome> {
         if !options.background {
-            self.require_budget(scope.tenant())?;
+            self.require_budget(scope).await?;
         }
         let lock = self.consolidator.lock_for(scope)?;
         let _guard = lock.exclusive.lock().await;
@@ -592,7 +592,7 @@ impl Cairn {
             let Some(last) = batch.last().map(|logged| logged.position) else {
                 break;
             };
-            if let Some(resets_at) = self.budget_spent(scope.tenant()) {
+            if let Some(resets_at) = self.budget_spent(scope).await {
                 // The rest waits for the budget to reset, in a job of its own.
                 outcome.deferred_until = Some(resets_at);
                 if !options.dry_run {
@@ -672,7 +672,7 @@ impl Cairn {
                 },
             )
             .await?;
-            self.charge_tokens(scope.tenant(), &plan.usage);
+            self.charge_tokens(scope, &plan.usage).await;
             outcome.usage.add(plan.usage);
             let next_watermark = watermark.max(last);
             let last_batch = self.store.episodes_after(scope, last, 1).await?.is_empty();
@@ -762,7 +762,7 @@ impl Cairn {
             self.store.commit(scope, set).await?;
         }
         outcome.watermark = watermark;
-        outcome.token_budget = self.token_budget(scope.tenant());
+        outcome.token_budget = self.token_budget(scope).await;
         if !options.dry_run
             && outcome
                 .decisions

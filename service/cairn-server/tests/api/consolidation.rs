@@ -1458,6 +1458,88 @@ async fn a_spent_token_budget_defers_background_runs_and_refuses_explicit_ones()
     assert_eq!(facts!(&service, &other, "ines").len(), 1);
 }
 
+/// On a search cluster the tenant's token budget is counted in the store: what a run on
+/// one replica spent refuses an explicit run on another, and on a replica started
+/// afterwards (a rolling update hands out no fresh budget).
+#[actix_web::test]
+async fn replicas_on_a_cluster_share_one_token_budget_that_survives_a_restart() {
+    use cairn_server::config::Backend;
+    for (variable, backend) in [
+        ("CAIRN_TEST_OPENSEARCH_URL", Backend::Opensearch),
+        ("CAIRN_TEST_ELASTICSEARCH_URL", Backend::Elasticsearch),
+    ] {
+        let Some(url) = super::test_cluster(variable) else {
+            eprintln!("skipped on {backend:?}: {variable} is not set");
+            continue;
+        };
+        let script = Arc::new(Mutex::new(Script {
+            extract: vec![(
+                "I love Lisbon",
+                vec![("The user loves Lisbon.", "preference", None)],
+            )],
+            ..Script::default()
+        }));
+        let llm = fake_llm(Arc::clone(&script)).await;
+        let prefix = format!("cairn-api-{}", uuid::Uuid::now_v7().simple());
+        let replica = || {
+            harness_with(|config| {
+                config.backend = backend;
+                config.cluster_url = Some(url.clone());
+                config.index_prefix = prefix.clone();
+                // Less than one batch costs.
+                config.consolidation_token_budget = 50;
+                llm_config(config, "openai", llm.clone());
+            })
+        };
+        let (first, second) = (replica().await, replica().await);
+        for harness in [&first, &second] {
+            until_ready(&harness.service, &format!("{backend:?}: the replica")).await;
+        }
+        let owner = token("acme", ALL);
+        let body = ingest!(&first.service, &owner, "lea", [{ "role": "user", "content": "I love Lisbon" }]);
+        let used = body["consolidation"]["run"]["token_budget"]["used_today"]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(used >= 50, "{backend:?}: the run spent the budget: {body}");
+        let calls = script.lock().expect("script").calls;
+        let refused = |service| {
+            let owner = owner.clone();
+            async move {
+                let (status, body, _) = call(
+                    service,
+                    Method::POST,
+                    "/v1/users/lea/consolidate",
+                    Some(&owner),
+                    Some(json!({})),
+                )
+                .await;
+                (
+                    status,
+                    body["error"]["code"].as_str().unwrap_or_default().to_owned(),
+                )
+            }
+        };
+        assert_eq!(
+            refused(&second.service).await,
+            (StatusCode::TOO_MANY_REQUESTS, "token_budget_exhausted".to_owned()),
+            "{backend:?}: the other replica knows the budget is spent"
+        );
+        let restarted = replica().await;
+        until_ready(&restarted.service, &format!("{backend:?}: the restarted replica")).await;
+        assert_eq!(
+            refused(&restarted.service).await,
+            (StatusCode::TOO_MANY_REQUESTS, "token_budget_exhausted".to_owned()),
+            "{backend:?}: a restart hands out no fresh budget"
+        );
+        assert_eq!(
+            script.lock().expect("script").calls,
+            calls,
+            "{backend:?}: no LLM call once spent"
+        );
+        drop_indices(&url, &prefix).await;
+    }
+}
+
 /// Two current facts in one single-valued slot (written explicitly, so no judge compared
 /// them): recall ranks the later statement first and marks the earlier one as possibly
 /// outdated; two values of an attribute that holds several ("also allergic to
