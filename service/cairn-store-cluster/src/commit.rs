@@ -266,6 +266,15 @@ enum Applied {
 impl ClusterStore {
     /// Commits a change set through the journal (see the module documentation).
     pub(crate) async fn commit_change_set(&self, scope: &Scope, change_set: &ChangeSet) -> Result<()> {
+        // Checked and written under claims on the values it checks or writes (see
+        // `values`), so no other commit's check of them falls in between.
+        let claims = self.claim_values(scope, &change_set.changes).await?;
+        let committed = self.commit_claimed(scope, change_set).await;
+        self.release_values(scope, claims).await;
+        committed
+    }
+
+    async fn commit_claimed(&self, scope: &Scope, change_set: &ChangeSet) -> Result<()> {
         for _ in 0..COUNTER_ATTEMPTS {
             let (updates, generation) = self.check(scope, &change_set.changes).await?;
             let plan = self.plan(scope, change_set, updates, generation).await?;

@@ -23,7 +23,7 @@ mod records;
 mod reserved;
 mod statistics;
 mod usage;
-
+mod values;
 mod vectors;
 
 pub use client::{Access, Credentials, Engine};
