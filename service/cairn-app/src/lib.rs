@@ -12,6 +12,7 @@ mod portability;
 mod profile;
 mod recall;
 mod review;
+mod sealed;
 mod usage;
 mod validate;
 
@@ -88,6 +89,9 @@ pub struct Settings {
     pub answer_min_similarity: f64,
     /// Which outcomes wait for a person, per tenant (none by default).
     pub review: ReviewPolicies,
+    /// The key that seals tombstoned values in exports (`sealed.rs`); none: each
+    /// tenant's key kept in the store.
+    pub export_key: Option<String>,
 }
 
 impl Default for Settings {
@@ -112,6 +116,7 @@ impl Default for Settings {
             // Calibrated on LoCoMo (evals/run --answer).
             answer_min_similarity: 0.5,
             review: ReviewPolicies::default(),
+            export_key: None,
         }
     }
 }

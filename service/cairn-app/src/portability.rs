@@ -383,20 +383,24 @@ impl Cairn {
             });
         }
         playbooks.reverse();
+        // The file names no tombstoned value a reader could confirm by guessing.
+        let sealer = self.sealer(scope).await?;
         let tombstones = self
             .store
             .list_tombstones(scope)
             .await?
             .into_iter()
-            .map(|tombstone| ExportedTombstone {
-                id: tombstone.id,
-                fingerprint: tombstone.fingerprint,
-                fact_id: tombstone.fact_id,
-                reason: tombstone.reason,
-                created_at: tombstone.created_at,
-                lifted_at: tombstone.lifted_at,
+            .map(|tombstone| {
+                Ok(ExportedTombstone {
+                    id: tombstone.id,
+                    fingerprint: sealer.seal(&tombstone.fingerprint)?,
+                    fact_id: tombstone.fact_id,
+                    reason: tombstone.reason,
+                    created_at: tombstone.created_at,
+                    lifted_at: tombstone.lifted_at,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         let mut decisions: Vec<ExportedDecision> =
             every_page(|page| async move { self.store.list_decisions(scope, None, &page).await })
                 .await?
@@ -452,8 +456,9 @@ impl Cairn {
         &self,
         scope: &Scope,
         context: &RequestContext,
-        document: ScopeExport,
+        mut document: ScopeExport,
     ) -> Result<ImportReport> {
+        self.open_tombstones(scope, &mut document).await?;
         self.check_export(&document)?;
         // No consolidation run of the scope reads episodes while they arrive.
         let _runs_excluded = self.consolidator.exclude_runs(scope).await?;
@@ -774,6 +779,34 @@ impl Cairn {
             }
         }
         Ok(report)
+    }
+
+    /// Opens the document's sealed tombstones (see `sealed.rs`) into the values they
+    /// block. A value written unsealed (`sha256:…`, as files made before sealing) is
+    /// taken as it is; one sealed under another key refuses the import.
+    async fn open_tombstones(&self, scope: &Scope, document: &mut ScopeExport) -> Result<()> {
+        if document.tombstones.is_empty() {
+            return Ok(());
+        }
+        let sealer = self.sealer(scope).await?;
+        for (index, tombstone) in document.tombstones.iter_mut().enumerate() {
+            if tombstone.fingerprint.starts_with(crate::sealed::SEALED) {
+                tombstone.fingerprint = sealer.open(&tombstone.fingerprint).ok_or_else(|| {
+                    Error::invalid(
+                        format!("tombstones[{index}].fingerprint"),
+                        "is sealed with another key: exports move between services that share CAIRN_EXPORT_KEY",
+                    )
+                })?;
+            }
+            let raw = tombstone.fingerprint.strip_prefix("sha256:").unwrap_or_default();
+            if raw.len() != 64 || !raw.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+                return Err(Error::invalid(
+                    format!("tombstones[{index}].fingerprint"),
+                    "is neither sealed nor a sha256 fingerprint",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks a Cairn export whole: its format, texts, unique ids and references.

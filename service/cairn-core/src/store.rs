@@ -625,6 +625,13 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// fingerprints left in the audit can no longer confirm a guessed value.
     async fn audit_key(&self, scope: &Scope, candidate: [u8; 32]) -> Result<Vec<u8>>;
 
+    /// The secret key of the scope's tenant (not of its user): `candidate` the first
+    /// time, the stored key after, the same for every user of the tenant and never
+    /// removed by a user's erasure. It seals what an export carries that a reader of
+    /// the file must not confirm by guessing (tombstoned values); it never leaves the
+    /// store otherwise.
+    async fn tenant_key(&self, scope: &Scope, candidate: [u8; 32]) -> Result<Vec<u8>>;
+
     /// The scope's consolidation watermark: the position of the last consolidated
     /// episode (0 before the first run).
     async fn watermark(&self, scope: &Scope) -> Result<u64>;

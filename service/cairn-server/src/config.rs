@@ -169,6 +169,9 @@ pub struct Config {
     /// The operator's scrape credential (at least 32 bytes), sent as a bearer token:
     /// only it reads the series that name tenants. No tenant token does.
     pub metrics_token: Option<String>,
+    /// The key that seals tombstoned values in exports (at least 32 bytes); the same on
+    /// every service that exchanges exports. Unset: each tenant's key kept in the store.
+    pub export_key: Option<String>,
     /// OTLP/HTTP collector base URL (traces go to `<url>/v1/traces`); unset disables export.
     pub otlp_endpoint: Option<String>,
     pub log_level: String,
@@ -291,6 +294,7 @@ impl Default for Config {
             max_text_chars: 8_000,
             metrics_require_auth: false,
             metrics_token: None,
+            export_key: None,
             otlp_endpoint: None,
             log_level: "info".into(),
             log_format: LogFormat::Json,
@@ -395,6 +399,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("max_text_chars", Kind::Integer),
     ("metrics_require_auth", Kind::Boolean),
     ("metrics_token", Kind::Text),
+    ("export_key", Kind::Text),
     ("otlp_endpoint", Kind::Text),
     ("log_level", Kind::Text),
     ("log_format", Kind::Text),
@@ -414,6 +419,7 @@ const KEYS: &[(&str, Kind)] = &[
 const SECRETS: &[&str] = &[
     "jwt_secret",
     "metrics_token",
+    "export_key",
     "llm_api_key",
     "rerank_api_key",
     "cluster_username",
@@ -834,6 +840,12 @@ impl Config {
             return Err(config_error(
                 "CAIRN_CONSOLIDATION_MAX_BATCHES_PER_RUN",
                 "must be between 1 and 1000",
+            ));
+        }
+        if self.export_key.as_deref().is_some_and(|key| key.len() < 32) {
+            return Err(config_error(
+                "CAIRN_EXPORT_KEY",
+                "must be at least 32 bytes (a random secret shared by the services that exchange exports)",
             ));
         }
         if self

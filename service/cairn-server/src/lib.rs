@@ -247,6 +247,7 @@ pub fn build_cairn(config: &Config, store: Arc<dyn MemoryStore>) -> anyhow::Resu
         },
         rerank_candidates: config.rerank_candidates,
         review: config.review_policies()?,
+        export_key: config.export_key.clone(),
         consolidation: ConsolidationSettings {
             batch_size: config.consolidation_batch_size,
             context_episodes: config.consolidation_context_episodes,

@@ -1888,6 +1888,24 @@ impl MemoryStore for ClusterStore {
         .await
     }
 
+    async fn tenant_key(&self, scope: &Scope, candidate: [u8; 32]) -> Result<Vec<u8>> {
+        self.ready()?;
+        use base64::Engine as _;
+        let codec = base64::engine::general_purpose::STANDARD;
+        let tenant = scope.tenant().as_str();
+        let id = format!("tenant-key:{tenant}");
+        let body = json!({ "tenant": tenant, "id": id, "audit_key": codec.encode(candidate) });
+        // Created once (the first creator wins), then read.
+        self.put("state", &id, tenant, body, None, false).await?;
+        let stored = self
+            .get("state", &id, tenant)
+            .await?
+            .ok_or_else(|| Error::Storage("the tenant key vanished".into()))?;
+        codec
+            .decode(stored.source["audit_key"].as_str().unwrap_or_default())
+            .map_err(|error| Error::Storage(format!("state tenant key: {error}")))
+    }
+
     async fn watermark(&self, scope: &Scope) -> Result<u64> {
         self.ready()?;
         Ok(self.watermark_doc(scope).await?.0)

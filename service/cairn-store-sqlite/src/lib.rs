@@ -994,6 +994,30 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn tenant_key(&self, scope: &Scope, candidate: [u8; 32]) -> Result<Vec<u8>> {
+        // The tenant's row has the empty user id, which no user has (and so no
+        // erasure removes).
+        let tenant = scope.tenant().as_str().to_owned();
+        self.write(move |connection| {
+            connection
+                .execute(
+                    "INSERT INTO consolidation_state (tenant, user_id, watermark, audit_key) \
+                     VALUES (?1, '', 0, ?2) ON CONFLICT (tenant, user_id) \
+                     DO UPDATE SET audit_key = coalesce(audit_key, excluded.audit_key)",
+                    params![tenant, candidate.as_slice()],
+                )
+                .map_err(storage)?;
+            connection
+                .query_row(
+                    "SELECT audit_key FROM consolidation_state WHERE tenant = ?1 AND user_id = ''",
+                    params![tenant],
+                    |row| row.get::<_, Vec<u8>>(0),
+                )
+                .map_err(storage)
+        })
+        .await
+    }
+
     async fn watermark(&self, scope: &Scope) -> Result<u64> {
         let scope = scope.clone();
         self.read(move |connection| {

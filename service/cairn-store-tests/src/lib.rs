@@ -2642,6 +2642,17 @@ pub async fn audit_keys_belong_to_their_scope_and_die_with_it(store: Arc<dyn Mem
         "erasure destroyed the old key"
     );
     assert_eq!(store.audit_key(&bob, [6; 32]).await.expect("key"), vec![3; 32]);
+
+    // The tenant's key: one for all its users, kept through a user's erasure.
+    assert_eq!(store.tenant_key(&alice, [7; 32]).await.expect("key"), vec![7; 32]);
+    assert_eq!(store.tenant_key(&bob, [8; 32]).await.expect("key"), vec![7; 32]);
+    store
+        .erase_scope(&alice, audit(&alice, "user.erase"))
+        .await
+        .expect("erase");
+    assert_eq!(store.tenant_key(&alice, [9; 32]).await.expect("key"), vec![7; 32]);
+    let other = scope("globex", "alice");
+    assert_eq!(store.tenant_key(&other, [5; 32]).await.expect("key"), vec![5; 32]);
 }
 
 /// Reads that return a whole set (tombstones, queued jobs) return all of it, however

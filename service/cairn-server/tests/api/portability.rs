@@ -756,3 +756,101 @@ async fn a_write_during_an_import_never_makes_a_value_active_twice() {
         "import {imported} {report}; write {wrote} {body}; facts {facts}"
     );
 }
+
+/// Forgets `$forgotten` in `$user` and answers the user's export.
+macro_rules! export_forgetting {
+    ($service:expr, $owner:expr, $user:expr, $forgotten:expr) => {{
+        let (_, fact) = write($service, $owner, $user, json!({ "text": $forgotten })).await;
+        let id = fact["fact"]["id"].as_str().expect("id").to_owned();
+        let path = format!("/v1/users/{}/facts/{id}", $user);
+        let (status, _, _) = call($service, Method::DELETE, &path, Some($owner), None).await;
+        assert_eq!(status, StatusCode::OK);
+        let path = format!("/v1/users/{}/export", $user);
+        let (status, export, _) = call($service, Method::GET, &path, Some($owner), None).await;
+        assert_eq!(status, StatusCode::OK, "{export}");
+        export
+    }};
+}
+
+/// Imports `$document` into `$user`: status and body.
+macro_rules! import_into {
+    ($service:expr, $owner:expr, $user:expr, $document:expr) => {{
+        let path = format!("/v1/users/{}/import", $user);
+        let (status, body, _) = call($service, Method::POST, &path, Some($owner), Some($document)).await;
+        (status, body)
+    }};
+}
+
+/// What writing `$text` again into `$user` answers: status and error code.
+macro_rules! written_again {
+    ($service:expr, $owner:expr, $user:expr, $text:expr) => {{
+        let (status, body) = write($service, $owner, $user, json!({ "text": $text })).await;
+        (status, error_code(&body).to_owned())
+    }};
+}
+
+/// An export carries each tombstoned value sealed (never the unkeyed hash a reader could
+/// confirm a guess with): under the tenant's key kept in the store, or under
+/// `CAIRN_EXPORT_KEY` when the operator sets one. The same store, or any service with
+/// the same export key, opens them on import and keeps refusing the values; a service
+/// with another key refuses the file instead of dropping the tombstones.
+#[actix_web::test]
+async fn exported_tombstones_are_sealed_and_open_only_with_their_key() {
+    let forgotten = "The user's PIN hint is moon";
+    let raw = cairn_core::text::fingerprint(forgotten);
+    let owner = token("acme", ALL);
+    let blocked = (StatusCode::CONFLICT, "tombstoned".to_owned());
+
+    let home = harness_with(|_| ()).await;
+    let export = export_forgetting!(&home.service, &owner, "u1", forgotten);
+    let sealed = export["tombstones"][0]["fingerprint"]
+        .as_str()
+        .expect("a tombstone")
+        .to_owned();
+    assert!(sealed.starts_with("sealed-v1:"), "{sealed}");
+    let hex = raw.trim_start_matches("sha256:");
+    assert!(
+        !export.to_string().contains(hex),
+        "no unkeyed hash of the value: {export}"
+    );
+    let (_, again, _) = call(
+        &home.service,
+        Method::GET,
+        "/v1/users/u1/export",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_ne!(
+        again["tombstones"][0]["fingerprint"],
+        json!(sealed),
+        "sealed afresh each time"
+    );
+
+    let (status, body) = import_into!(&home.service, &owner, "u2", export.clone());
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(
+        written_again!(&home.service, &owner, "u2", forgotten),
+        blocked,
+        "the tombstone came along"
+    );
+
+    let elsewhere = harness_with(|_| ()).await;
+    let (status, body) = import_into!(&elsewhere.service, &owner, "u1", export);
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.to_string().contains("tombstones[0].fingerprint"), "{body}");
+    assert_eq!(
+        count_facts(&elsewhere.service, "acme", "u1").await,
+        0,
+        "bad input changes nothing"
+    );
+
+    // Two services sharing CAIRN_EXPORT_KEY exchange exports.
+    let key = "an-export-key-shared-by-two-services-0123456789";
+    let from = harness_with(|config| config.export_key = Some(key.into())).await;
+    let to = harness_with(|config| config.export_key = Some(key.into())).await;
+    let export = export_forgetting!(&from.service, &owner, "u1", forgotten);
+    let (status, body) = import_into!(&to.service, &owner, "u1", export);
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(written_again!(&to.service, &owner, "u1", forgotten), blocked);
+}
