@@ -197,6 +197,7 @@ class FakeLlm:
         self.delay = 0.0
         self.held = threading.Event()
         self.extractions = 0
+        self.prompts = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -210,6 +211,7 @@ class FakeLlm:
                     answer = {"verdict": "NEW", "target": None, "reason": "scripted"}
                 else:
                     fake.extractions += 1
+                    fake.prompts.append(prompt)
                     if fake.hold.is_set():
                         fake.held.set()
                         time.sleep(60)
