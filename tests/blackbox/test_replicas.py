@@ -280,6 +280,30 @@ def test_an_erasure_overtakes_a_batch_held_after_its_commit_point(replicas, fake
         assert decisions == [], decisions
 
 
+def test_an_erasure_overtakes_a_recovery_held_at_its_roll_forward(replicas, fake_llm):
+    group = replicas(2)
+    a, b = group.servers
+    token = a.mint("acme")
+    assert said(a, token, "rex", ["I love Lisbon"], "none").status == 201
+    # A dies after its batch's commit point, before the facts' bulk: its journal stays
+    # committed, for another replica's recovery to finish.
+    dying = group.proxies[0].add("hold", path="/_bulk", body="The user loves Lisbon")
+    in_background(lambda: a.call("POST", "/v1/users/rex/consolidate", token, {}))
+    assert dying.fired.wait(30), "the batch never reached its bulk"
+    a.kill()
+    dying.release(forward=False)
+    # B's recovery (journals older than 30 s, every 10 s) is held at its roll-forward.
+    rolling = group.proxies[1].add("hold", path="/_bulk", body="The user loves Lisbon")
+    assert rolling.fired.wait(90), "no recovery rolled the journal forward"
+    erased = in_background(lambda: b.call("DELETE", "/v1/users/rex", token))
+    time.sleep(1.5)
+    rolling.release()
+    assert erased().status == 200
+    assert wait_for(lambda: group.left_of("acme", "rex") == [], 20), group.left_of("acme", "rex")
+    assert fact_texts(b, token, "rex") == []
+    assert b.call("POST", "/v1/users/rex/recall", token, {"query": "Lisbon"}).json()["hits"] == []
+
+
 def test_an_ingest_abandoned_by_a_killed_replica_does_not_stop_consolidation(replicas, fake_llm):
     group = replicas(2, CAIRN_CLUSTER_GAP_PATIENCE_MS=2000)
     a, b = group.servers
