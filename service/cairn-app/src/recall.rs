@@ -295,7 +295,9 @@ impl Cairn {
         };
         let embedding = async {
             match &self.embedder {
-                Some(embedder) if weights.1 > 0.0 => Ok(embedder.embed(vec![query.clone()]).await?.pop()),
+                Some(embedder) if weights.1 > 0.0 => {
+                    Ok(embedder.embed_queries(vec![query.clone()]).await?.pop())
+                }
                 Some(_) | None => Ok(None),
             }
         };

@@ -11,8 +11,14 @@ pub trait Embedder: Send + Sync + 'static {
     /// The length of every vector this embedder returns.
     fn dimension(&self) -> usize;
 
-    /// One L2-normalised vector per text, in order.
+    /// One L2-normalised vector per text to be stored and searched for, in order.
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>>;
+
+    /// One vector per search query, in order: the same as [`Embedder::embed`] unless
+    /// the model wants queries marked (an instruction or a `query: ` prefix).
+    async fn embed_queries(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        self.embed(texts).await
+    }
 }
 
 /// Cosine similarity of two unit vectors (their dot product). Eight independent

@@ -20,6 +20,52 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
+/// How a model makes one vector of its token vectors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean of the real tokens' vectors (sentence-transformers models).
+    #[default]
+    Mean,
+    /// The first token's vector (`[CLS]`; the BGE models).
+    Cls,
+}
+
+/// What a model needs beyond its weights, read from `cairn-model.json` in its
+/// directory (written by provisioning); a directory without one is a mean-pooled model
+/// that takes texts as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelDescriptor {
+    pub pooling: Pooling,
+    /// Put before every search query (an instruction, `query: `).
+    pub query_prefix: String,
+    /// Put before every text that is stored and searched for (`passage: `).
+    pub passage_prefix: String,
+}
+
+impl ModelDescriptor {
+    /// The descriptor of the model in `model_dir`.
+    pub fn read(model_dir: &Path) -> Result<Self> {
+        let path = model_dir.join("cairn-model.json");
+        if !path.exists() {
+            return Ok(ModelDescriptor::default());
+        }
+        let bad = |what: String| Error::Unavailable(format!("{}: {what}", path.display()));
+        let text = std::fs::read_to_string(&path).map_err(|error| bad(error.to_string()))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|error| bad(error.to_string()))?;
+        let pooling = match value["pooling"].as_str().unwrap_or("mean") {
+            "mean" => Pooling::Mean,
+            "cls" => Pooling::Cls,
+            other => return Err(bad(format!("unknown pooling {other:?} (mean or cls)"))),
+        };
+        let text_of = |field: &str| value[field].as_str().unwrap_or_default().to_owned();
+        Ok(ModelDescriptor {
+            pooling,
+            query_prefix: text_of("query_prefix"),
+            passage_prefix: text_of("passage_prefix"),
+        })
+    }
+}
+
 /// Where the model files are and how to run them.
 #[derive(Clone, Debug)]
 pub struct EmbedderConfig {
@@ -68,17 +114,20 @@ struct Job {
     reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>>>,
 }
 
-/// A sentence-embedding model (mean pooling, L2-normalised) run locally.
+/// A sentence-embedding model (pooled as its descriptor says, L2-normalised) run
+/// locally.
 pub struct OnnxEmbedder {
     sender: mpsc::Sender<Job>,
     dimension: usize,
     model_id: String,
+    descriptor: ModelDescriptor,
 }
 
 struct Model {
     session: Session,
     tokenizer: Tokenizer,
     wants_token_type_ids: bool,
+    pooling: Pooling,
 }
 
 impl OnnxEmbedder {
@@ -93,6 +142,7 @@ impl OnnxEmbedder {
             PROVISIONING_HINT,
         )?;
         let model_path = config.model_dir.join("model.onnx");
+        let descriptor = ModelDescriptor::read(&config.model_dir)?;
         let wants_token_type_ids = session
             .inputs()
             .iter()
@@ -101,6 +151,7 @@ impl OnnxEmbedder {
             session,
             tokenizer,
             wants_token_type_ids,
+            pooling: descriptor.pooling,
         };
         // Fail now, not on the first request, if the model's width is not the configured one.
         let probe = model.embed(&["dimension probe".to_owned()])?;
@@ -127,6 +178,7 @@ impl OnnxEmbedder {
             sender,
             dimension: config.dimension,
             model_id,
+            descriptor,
         })
     }
 }
@@ -336,10 +388,15 @@ impl Model {
         }
         let tokens = hidden.len() / (batch * width);
         let mut vectors = Vec::with_capacity(batch);
+        let pooled_tokens = match self.pooling {
+            Pooling::Mean => tokens.min(length),
+            Pooling::Cls => 1,
+        };
         for row in 0..batch {
-            // Mean pooling over real tokens; the mean's divisor cancels in normalisation.
+            // Mean pooling over real tokens (the mean's divisor cancels in
+            // normalisation), or the first token alone.
             let mut pooled = vec![0f32; width];
-            for token in 0..tokens.min(length) {
+            for token in 0..pooled_tokens {
                 if mask[row * length + token] == 0 {
                     continue;
                 }
@@ -371,6 +428,25 @@ impl Embedder for OnnxEmbedder {
     }
 
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        self.run(prefixed(&self.descriptor.passage_prefix, texts)).await
+    }
+
+    async fn embed_queries(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        self.run(prefixed(&self.descriptor.query_prefix, texts)).await
+    }
+}
+
+/// `texts`, each after `prefix`.
+fn prefixed(prefix: &str, texts: Vec<String>) -> Vec<String> {
+    if prefix.is_empty() {
+        return texts;
+    }
+    texts.into_iter().map(|text| format!("{prefix}{text}")).collect()
+}
+
+impl OnnxEmbedder {
+    /// Embeds `texts` as they are, on the inference thread.
+    async fn run(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }

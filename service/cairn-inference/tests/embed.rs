@@ -179,3 +179,75 @@ async fn late_interaction_prefers_the_document_that_answers() {
     assert!(scores[1] > scores[0], "{scores:?}");
     assert!(scores.iter().all(|score| (-1.0..=1.0).contains(score)));
 }
+
+/// bge-small-en-v1.5 and e5-small-v2 as provisioned from their Maven jars: each read
+/// with its descriptor (pooling, query and passage prefixes), so a query and the same
+/// text stored embed differently, and a question finds the statement that answers it.
+#[tokio::test]
+async fn the_other_models_embed_by_their_descriptors() {
+    for model in ["bge-small-en-v1.5", "e5-small-v2"] {
+        let config = EmbedderConfig {
+            model_dir: models().join(model),
+            ..config()
+        };
+        let descriptor = cairn_inference::ModelDescriptor::read(&config.model_dir).expect("descriptor");
+        assert!(!descriptor.query_prefix.is_empty(), "{model}: {descriptor:?}");
+        let embedder = OnnxEmbedder::load(&config).expect("load the provisioned model");
+        assert_eq!(embedder.model_id(), model);
+        let stored = embedder
+            .embed(vec![
+                "The user has a new dog".to_owned(),
+                "Quarterly tax filing deadlines for corporations".to_owned(),
+            ])
+            .await
+            .expect("embed");
+        let asked = embedder
+            .embed_queries(vec![
+                "which pet does the user have".to_owned(),
+                "The user has a new dog".to_owned(),
+            ])
+            .await
+            .expect("embed queries");
+        for vector in stored.iter().chain(&asked) {
+            let norm: f32 = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4, "{model}: unit length, got {norm}");
+        }
+        let (answer, noise) = (cosine(&asked[0], &stored[0]), cosine(&asked[0], &stored[1]));
+        assert!(answer > noise + 0.1, "{model}: answer {answer} vs noise {noise}");
+        assert!(
+            cosine(&asked[1], &stored[0]) < 0.9999,
+            "{model}: a query is marked as one (its prefix)"
+        );
+    }
+
+    // Without its descriptor, bge would be pooled by the mean: another vector.
+    let bare = tempfile::tempdir().expect("temp dir");
+    for file in ["model.onnx", "tokenizer.json"] {
+        std::os::unix::fs::symlink(
+            models().join("bge-small-en-v1.5").join(file),
+            bare.path().join(file),
+        )
+        .expect("link");
+    }
+    let text = vec!["The user has a new dog".to_owned()];
+    let cls = OnnxEmbedder::load(&EmbedderConfig {
+        model_dir: models().join("bge-small-en-v1.5"),
+        ..config()
+    })
+    .expect("load")
+    .embed(text.clone())
+    .await
+    .expect("embed");
+    let mean = OnnxEmbedder::load(&EmbedderConfig {
+        model_dir: bare.path().to_owned(),
+        ..config()
+    })
+    .expect("load")
+    .embed(text)
+    .await
+    .expect("embed");
+    assert!(
+        cosine(&cls[0], &mean[0]) < 0.999,
+        "the descriptor's pooling is used"
+    );
+}

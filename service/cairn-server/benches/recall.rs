@@ -34,6 +34,8 @@ fn main() {
     let opensearch = common::flag_value(&arguments, "--opensearch");
     // `--legs bm25` or `--legs knn` times one leg alone, to see where the time goes.
     let legs = common::flag_value(&arguments, "--legs").unwrap_or_else(|| "both".into());
+    // `--model NAME` embeds with another provisioned model (`CAIRN_EMBEDDING_MODEL`).
+    let model = common::flag_value(&arguments, "--model");
     let sizes = if sizes.is_empty() {
         vec![1_000, 10_000, 100_000]
     } else {
@@ -67,7 +69,11 @@ fn main() {
             None => Arc::new(SqliteStore::open(directory.path()).expect("store")),
         };
         let models = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.models");
-        let config = cairn_server::config::Config { models_dir: models, ..Default::default() };
+        let mut config = cairn_server::config::Config { models_dir: models, ..Default::default() };
+        if let Some(model) = &model {
+            config.embedding_model = model.clone();
+        }
+        println!("embedding model: {}", config.embedding_model);
         let embedder: Arc<dyn Embedder> =
             Arc::new(OnnxEmbedder::load(&config.embedder()).expect("run scripts/setup first"));
         // The service's defaults, use counting included: recall notes uses in memory and
@@ -176,7 +182,10 @@ fn main() {
         }
         let started = Instant::now();
         for _ in 0..100 {
-            embedder.embed(vec!["what does the coach think about green tea".into()]).await.expect("embed");
+            embedder
+                .embed_queries(vec!["what does the coach think about green tea".into()])
+                .await
+                .expect("embed");
         }
         println!("query embedding alone: {:.1} ms per query", started.elapsed().as_secs_f64() * 10.0);
         println!("peak RSS: {:.0} MiB", peak_rss_mib());

@@ -32,6 +32,10 @@ pub enum LogFormat {
     Text,
 }
 
+/// The local embedding models `scripts/setup` provisions (`CAIRN_EMBEDDING_MODEL`), the
+/// default first.
+pub const EMBEDDING_MODELS: [&str; 3] = ["all-minilm-l6-v2", "bge-small-en-v1.5", "e5-small-v2"];
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -76,8 +80,11 @@ pub struct Config {
     pub models_dir: PathBuf,
     /// The ONNX Runtime library; default `<models_dir>/onnxruntime/libonnxruntime.so`.
     pub onnxruntime_library: Option<PathBuf>,
-    /// The embedding model directory (model.onnx + tokenizer.json); default
-    /// `<models_dir>/all-minilm-l6-v2`.
+    /// The local embedding model, one of [`EMBEDDING_MODELS`], found under
+    /// `models_dir` as provisioned by `scripts/setup`.
+    pub embedding_model: String,
+    /// The embedding model directory (model.onnx + tokenizer.json, and optionally
+    /// cairn-model.json); default `<models_dir>/<embedding_model>`.
     pub embedding_model_dir: Option<PathBuf>,
     pub embedding_dimension: usize,
     /// ONNX Runtime threads inside one inference run: two by default (one on a one-core
@@ -243,6 +250,7 @@ impl Default for Config {
             jwt_max_ttl_seconds: 0,
             models_dir: PathBuf::from("./.models"),
             onnxruntime_library: None,
+            embedding_model: EMBEDDING_MODELS[0].to_owned(),
             embedding_model_dir: None,
             embedding_dimension: 384,
             inference_threads: default_inference_threads(),
@@ -348,6 +356,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("jwt_max_ttl_seconds", Kind::Integer),
     ("models_dir", Kind::Text),
     ("onnxruntime_library", Kind::Text),
+    ("embedding_model", Kind::Text),
     ("embedding_model_dir", Kind::Text),
     ("embedding_dimension", Kind::Integer),
     ("inference_threads", Kind::Integer),
@@ -726,6 +735,12 @@ impl Config {
         if self.embedding_dimension == 0 {
             return Err(config_error("CAIRN_EMBEDDING_DIMENSION", "must be positive"));
         }
+        if !EMBEDDING_MODELS.contains(&self.embedding_model.as_str()) {
+            return Err(config_error(
+                "CAIRN_EMBEDDING_MODEL",
+                format!("must be one of {}", EMBEDDING_MODELS.join(", ")),
+            ));
+        }
         for (name, weight) in [
             ("CAIRN_BM25_WEIGHT", self.bm25_weight),
             ("CAIRN_KNN_WEIGHT", self.knn_weight),
@@ -949,7 +964,7 @@ impl Config {
             model_dir: self
                 .embedding_model_dir
                 .clone()
-                .unwrap_or_else(|| self.models_dir.join("all-minilm-l6-v2")),
+                .unwrap_or_else(|| self.models_dir.join(&self.embedding_model)),
             dimension: self.embedding_dimension,
             intra_threads: self.inference_threads.max(1),
             max_batch: 32,
@@ -1114,6 +1129,25 @@ mod tests {
             cluster(&[("CAIRN_CLUSTER_API_KEY_FILE", &file.display().to_string())]).expect("file");
         assert_eq!(from_file.cluster_api_key.as_deref(), Some(secret));
         std::fs::remove_dir_all(&directory).ok();
+    }
+
+    #[test]
+    fn the_embedding_model_is_one_of_the_provisioned_ones() {
+        let config = Config::from_sources(None, &variables(&[("CAIRN_EMBEDDING_MODEL", "e5-small-v2")]))
+            .expect("valid");
+        assert!(config.embedder().model_dir.ends_with("e5-small-v2"));
+        assert!(
+            Config::from_sources(None, &variables(&[]))
+                .expect("valid")
+                .embedder()
+                .model_dir
+                .ends_with("all-minilm-l6-v2"),
+            "MiniLM by default"
+        );
+        let wrong = Config::from_sources(None, &variables(&[("CAIRN_EMBEDDING_MODEL", "gpt-embed")]))
+            .expect_err("unknown model");
+        assert_eq!(wrong.key, "CAIRN_EMBEDDING_MODEL");
+        assert!(wrong.message.contains("bge-small-en-v1.5"), "{}", wrong.message);
     }
 
     #[test]
