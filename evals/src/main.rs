@@ -6,7 +6,10 @@
 //! without session ids (every turn indexed alone) for the per-turn baseline rows.
 //! Every question of categories 1-4 with
 //! evidence is then recalled in its conversation's scope under several pipeline
-//! configurations, and turn Recall@1/5/10/25, session Recall@1/5 and MRR are printed.
+//! configurations, and turn Recall@1/5/10/25, session Recall@1/5/10, MRR and the recall
+//! latency p50/p95 (as each pipeline answered, embedding included) are printed; the
+//! default, BM25-only and kNN-only pipelines also per LoCoMo category and per
+//! conversation.
 //! An isolation sweep asks every question in every other conversation's scope; any hit
 //! from outside the asking scope fails the run.
 
@@ -52,7 +55,8 @@ struct Turn {
 struct Conversation {
     scope: Scope,
     turn_of_episode: HashMap<String, String>,
-    questions: Vec<(String, HashSet<String>)>,
+    /// The questions of categories 1-4 with evidence: text, category, evidence turns.
+    questions: Vec<(String, u8, HashSet<String>)>,
     /// Every question with its category (5: not answerable from the conversation).
     all_questions: Vec<(String, u8, HashSet<String>)>,
 }
@@ -80,15 +84,21 @@ fn session_of(turn_id: &str) -> &str {
 struct Tally {
     questions: usize,
     turn_recall: [f64; 4],
-    session_recall: [f64; 2],
+    session_recall: [f64; 3],
     reciprocal_rank: f64,
+    /// How long each recall took, as the pipeline answered it.
+    latencies: Vec<std::time::Duration>,
 }
 
 /// The service's default settings: scaled-score fusion, BM25 0.7, kNN 0.3.
 const DEFAULT_PIPELINE: &str = "default: scaled scores 0.7/0.3";
 
 const TURN_CUTS: [usize; 4] = [1, 5, 10, 25];
-const SESSION_CUTS: [usize; 2] = [1, 5];
+const SESSION_CUTS: [usize; 3] = [1, 5, 10];
+/// The header of every figures table.
+const HEADER: &str = "| pipeline | turn R@1 | turn R@5 | turn R@10 | turn R@25 | session R@1 | session R@5 | \
+                      session R@10 | MRR | recall p50 ms | recall p95 ms |\n\
+                      |---|---|---|---|---|---|---|---|---|---|---|";
 
 impl Tally {
     fn add(&mut self, ranked_turns: &[String], evidence: &HashSet<String>) {
@@ -120,16 +130,39 @@ impl Tally {
 
     fn row(&self, name: &str) -> String {
         let n = self.questions.max(1) as f64;
+        let mut times = self.latencies.clone();
+        times.sort();
+        let at = |share: f64| {
+            times
+                .get(((times.len() as f64 * share) as usize).min(times.len().saturating_sub(1)))
+                .map_or(f64::NAN, |time| time.as_secs_f64() * 1000.0)
+        };
         format!(
-            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} |",
             self.turn_recall[0] / n,
             self.turn_recall[1] / n,
             self.turn_recall[2] / n,
             self.turn_recall[3] / n,
             self.session_recall[0] / n,
             self.session_recall[1] / n,
-            self.reciprocal_rank / n
+            self.session_recall[2] / n,
+            self.reciprocal_rank / n,
+            at(0.5),
+            at(0.95)
         )
+    }
+
+    /// Adds another tally's questions to this one.
+    fn merge(&mut self, other: &Tally) {
+        self.questions += other.questions;
+        for (mine, theirs) in self.turn_recall.iter_mut().zip(other.turn_recall) {
+            *mine += theirs;
+        }
+        for (mine, theirs) in self.session_recall.iter_mut().zip(other.session_recall) {
+            *mine += theirs;
+        }
+        self.reciprocal_rank += other.reciprocal_rank;
+        self.latencies.extend(&other.latencies);
     }
 }
 
@@ -191,7 +224,7 @@ async fn ingest(cairn: &Cairn, sample: &Sample, indexing: Indexing) -> anyhow::R
                 .filter(|id| known_turns.contains(*id))
                 .cloned()
                 .collect();
-            (!evidence.is_empty()).then(|| (question.question.clone(), evidence))
+            (!evidence.is_empty()).then(|| (question.question.clone(), question.category, evidence))
         })
         .collect();
     let all_questions = sample
@@ -238,20 +271,48 @@ async fn open_store(
     })
 }
 
-/// Recall figures of one pipeline over every question of the given conversations.
-async fn tally(cairn: &Cairn, conversations: &[Conversation]) -> anyhow::Result<Tally> {
-    let mut tally = Tally::default();
+/// Recall figures of one pipeline over every question of the given conversations:
+/// per conversation, then per LoCoMo category (1 multi-hop, 2 temporal, 3 open-domain,
+/// 4 single-hop).
+struct Tallies {
+    per_conversation: Vec<Tally>,
+    per_category: std::collections::BTreeMap<u8, Tally>,
+}
+
+impl Tallies {
+    fn overall(&self) -> Tally {
+        let mut all = Tally::default();
+        for tally in &self.per_conversation {
+            all.merge(tally);
+        }
+        all
+    }
+}
+
+async fn tally(cairn: &Cairn, conversations: &[Conversation]) -> anyhow::Result<Tallies> {
+    let mut tallies = Tallies {
+        per_conversation: Vec::new(),
+        per_category: std::collections::BTreeMap::new(),
+    };
     for conversation in conversations {
-        for (question, evidence) in &conversation.questions {
-            let turns: Vec<String> = ranked(cairn, &conversation.scope, question, 25)
-                .await?
+        let mut tally = Tally::default();
+        for (question, category, evidence) in &conversation.questions {
+            let started = std::time::Instant::now();
+            let ranked = ranked(cairn, &conversation.scope, question, 25).await?;
+            let took = started.elapsed();
+            let turns: Vec<String> = ranked
                 .iter()
                 .filter_map(|id| conversation.turn_of_episode.get(id).cloned())
                 .collect();
             tally.add(&turns, evidence);
+            tally.latencies.push(took);
+            let by_category = tallies.per_category.entry(*category).or_default();
+            by_category.add(&turns, evidence);
+            by_category.latencies.push(took);
         }
+        tallies.per_conversation.push(tally);
     }
-    Ok(tally)
+    Ok(tallies)
 }
 
 async fn ranked(cairn: &Cairn, scope: &Scope, question: &str, k: usize) -> anyhow::Result<Vec<String>> {
@@ -433,8 +494,7 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
         harness::embedding_model()
     );
     println!();
-    println!("| pipeline | turn R@1 | turn R@5 | turn R@10 | turn R@25 | session R@1 | session R@5 | MRR |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("{HEADER}");
     for (name, cairn) in [
         (
             "BM25 only, turns indexed alone",
@@ -442,10 +502,31 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
         ),
         ("default, turns indexed alone", on(&alone_store, base.clone())),
     ] {
-        println!("{}", tally(&cairn, &turns_alone).await?.row(name));
+        println!("{}", tally(&cairn, &turns_alone).await?.overall().row(name));
     }
+    let mut breakdowns = Vec::new();
     for (name, cairn) in &configurations {
-        println!("{}", tally(cairn, &conversations).await?.row(name));
+        let tallies = tally(cairn, &conversations).await?;
+        println!("{}", tallies.overall().row(name));
+        if [DEFAULT_PIPELINE, "BM25 only", "kNN only"].contains(name) {
+            breakdowns.push((*name, tallies));
+        }
+    }
+    const CATEGORIES: [&str; 5] = ["", "multi-hop", "temporal", "open-domain", "single-hop"];
+    for (name, tallies) in &breakdowns {
+        println!();
+        println!("{name}, per LoCoMo category and per conversation:");
+        println!();
+        println!("{HEADER}");
+        for (category, tally) in &tallies.per_category {
+            let label = CATEGORIES.get(usize::from(*category)).copied().unwrap_or("other");
+            let row = format!("category {category} ({label}, {} questions)", tally.questions);
+            println!("{}", tally.row(&row));
+        }
+        for (conversation, tally) in conversations.iter().zip(&tallies.per_conversation) {
+            let row = format!("{} ({} questions)", conversation.scope.tenant(), tally.questions);
+            println!("{}", tally.row(&row));
+        }
     }
 
     // Isolation sweep: every question in every other scope; any foreign hit fails.
@@ -460,7 +541,7 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
             if other_index == index {
                 continue;
             }
-            for (question, _) in &conversation.questions {
+            for (question, _, _) in &conversation.questions {
                 asked += 1;
                 for id in ranked(sweep, &other.scope, question, 25).await? {
                     if !other.turn_of_episode.contains_key(&id) {
