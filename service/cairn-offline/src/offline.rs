@@ -230,6 +230,14 @@ pub fn clauses(text: &str) -> Vec<String> {
                 current.clear();
                 continue;
             }
+            // "I live in Porto and work as a nurse": a second statement whose subject is
+            // left out; it becomes one of its own, so each holds its own slot.
+            if let Some(subject) = elided_subject(&current, &bare, &words[index + 1..]) {
+                result.push(current.join(" ").trim_end_matches(',').to_owned());
+                current.clear();
+                current.push(subject);
+                continue;
+            }
             current.push(word);
             // "Penicillin too, I found out the hard way": an addition ends its clause.
             if word.ends_with(',') && starts_statement && language::ends_an_addition(&current) {
@@ -243,6 +251,118 @@ pub fn clauses(text: &str) -> Vec<String> {
     }
     result.retain(|clause| !clause.is_empty());
     result
+}
+
+/// Verbs in their base form that open a second statement of the user's after "and" or
+/// "but" with the subject left out ("... and work as a nurse", "... and have a cat").
+const SECOND_STATEMENT_VERBS: &[&str] = &[
+    "work",
+    "live",
+    "study",
+    "teach",
+    "train",
+    "own",
+    "rent",
+    "drive",
+    "ride",
+    "use",
+    "have",
+    "love",
+    "like",
+    "hate",
+    "prefer",
+    "enjoy",
+    "play",
+    "eat",
+    "drink",
+    "speak",
+    "run",
+    "swim",
+    "climb",
+    "cycle",
+    "walk",
+    "cook",
+    "bake",
+    "write",
+    "read",
+    "listen",
+    "watch",
+    "code",
+    "manage",
+    "lead",
+    "coach",
+    "volunteer",
+    "attend",
+    "commute",
+    "share",
+    "keep",
+    "need",
+    "want",
+    "plan",
+    "practise",
+    "practice",
+    "go",
+    "visit",
+    "support",
+    "follow",
+    "avoid",
+    "take",
+    "wear",
+    "sing",
+    "paint",
+    "draw",
+    "design",
+    "care",
+    "look",
+    "raise",
+    "grow",
+    "collect",
+    "host",
+    "belong",
+    "know",
+    "make",
+];
+
+/// The subject to restore when `conjunction` opens a second statement of the user's
+/// whose subject is left out: "I live in Porto and work as a nurse" (a base-form verb
+/// after a clause opened by "I" or "we" that says something), or "I moved to Lisbon
+/// and started at a clinic" (a past tense after a clause whose verb is past too). A
+/// verb ending the sentence ("I balance family and work") is no statement.
+fn elided_subject(current: &[&str], conjunction: &str, rest: &[&str]) -> Option<&'static str> {
+    if !matches!(conjunction, "and" | "but") || rest.len() < 2 {
+        return None;
+    }
+    let opener = current
+        .first()?
+        .to_lowercase()
+        .replace('’', "'")
+        .trim_matches(',')
+        .to_owned();
+    // A clause of two words says something when its opener holds the verb ("I'm vegan").
+    let (subject, shortest) = match opener.as_str() {
+        "i" => ("I", 3),
+        "i'm" | "i've" => ("I", 2),
+        "we" => ("We", 3),
+        "we're" | "we've" => ("We", 2),
+        _ => return None,
+    };
+    if current.len() < shortest {
+        return None;
+    }
+    // Only a clause with no comma inside: after one, what follows may belong to a list.
+    if current.iter().any(|word| word.ends_with(',')) {
+        return None;
+    }
+    let next = discourse::bare(rest.first()?);
+    let verb_of_clause = current
+        .iter()
+        .skip(1)
+        .map(|word| discourse::bare(word))
+        .find(|word| !language::is_adverb(word));
+    let past = |word: &str| language::is_past_tense(word) && !matches!(word, "was" | "were" | "had" | "did");
+    let base = SECOND_STATEMENT_VERBS.contains(&next.as_str());
+    let past_after_past = past(&next) && verb_of_clause.as_deref().is_some_and(past);
+    (base || past_after_past).then_some(subject)
 }
 
 /// What a question takes for granted about the user: a new thing of theirs ("What
@@ -1362,6 +1482,47 @@ mod tests {
             clauses("Sam and I broke up last week"),
             vec!["Sam and I broke up last week".to_owned()]
         );
+    }
+
+    #[test]
+    fn a_second_statement_with_its_subject_left_out_stands_alone() {
+        assert_eq!(
+            clauses("I live in Porto and work as a nurse at Santo António hospital."),
+            vec!["I live in Porto", "I work as a nurse at Santo António hospital"]
+        );
+        assert_eq!(
+            clauses("I moved to Lisbon and started at a clinic"),
+            vec!["I moved to Lisbon", "I started at a clinic"]
+        );
+        assert_eq!(
+            clauses("I'm vegan and run marathons on weekends"),
+            vec!["I'm vegan", "I run marathons on weekends"]
+        );
+        assert_eq!(
+            clauses("We rent a flat in Leeds and have two cats"),
+            vec!["We rent a flat in Leeds", "We have two cats"]
+        );
+        let facts: Vec<Option<String>> =
+            clauses("I live in Porto and work as a nurse at Santo António hospital.")
+                .iter()
+                .map(|clause| third_person(clause))
+                .collect();
+        assert_eq!(
+            facts,
+            vec![
+                Some("The user lives in Porto.".to_owned()),
+                Some("The user works as a nurse at Santo António hospital.".to_owned())
+            ]
+        );
+        for one in [
+            "I like fish and chips",
+            "I balance family and work",
+            "I was born in Porto and raised in Lisbon",
+            "My sister lives in Porto and works as a nurse",
+            "I bought eggs, milk and cheese",
+        ] {
+            assert_eq!(clauses(one), vec![one.to_owned()], "{one}");
+        }
     }
 
     #[test]
