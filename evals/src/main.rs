@@ -91,7 +91,7 @@ struct Tally {
 }
 
 /// The service's default settings: scaled-score fusion, BM25 0.7, kNN 0.3.
-const DEFAULT_PIPELINE: &str = "default: scaled scores 0.7/0.3";
+const DEFAULT_PIPELINE: &str = "default: scaled scores 0.7/0.3, name boost 0.5";
 
 const TURN_CUTS: [usize; 4] = [1, 5, 10, 25];
 const SESSION_CUTS: [usize; 3] = [1, 5, 10];
@@ -344,6 +344,8 @@ fn main() -> anyhow::Result<()> {
             "--cluster" | "--opensearch" => options.cluster = arguments.next(),
             "--no-rerank" => options.rerank = false,
             "--answer" => options.answer = true,
+            // `--only TEXT`: only the rows whose name contains TEXT, and the default.
+            "--only" => options.only = arguments.next(),
             // `--conversations 1-3`: only those conversations of the file (1-based,
             // inclusive), for a tuning half and a check half.
             "--conversations" => {
@@ -368,6 +370,7 @@ struct Options {
     answer: bool,
     /// Only these conversations of the file (1-based, inclusive).
     conversations: Option<(usize, usize)>,
+    only: Option<String>,
 }
 
 impl Default for Options {
@@ -377,6 +380,7 @@ impl Default for Options {
             rerank: true,
             answer: false,
             conversations: None,
+            only: None,
         }
     }
 }
@@ -413,10 +417,13 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
     let on = |store: &Arc<dyn MemoryStore>, settings: Settings| {
         Cairn::new(Arc::clone(store), Some(embedder.clone()), settings)
     };
+    // The rows that compare legs and fusions run without the name boost, which the
+    // default rows add.
     let weighted = |fusion: Fusion, bm25_weight: f64, knn_weight: f64| Settings {
         fusion,
         bm25_weight,
         knn_weight,
+        name_boost: 0.0,
         ..base.clone()
     };
     let pipeline_with = |fusion: Fusion, bm25_weight: f64, knn_weight: f64| {
@@ -481,6 +488,27 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
             ),
         ),
     ];
+    // The default boosts hits that name what the question names by 0.5; these rows
+    // take it away or change it.
+    for (name, boost) in [
+        ("default without the name boost", 0.0),
+        ("default, name boost 0.2", 0.2),
+        ("default, name boost 1", 1.0),
+    ] {
+        configurations.push((
+            name,
+            on(
+                &store,
+                Settings {
+                    name_boost: boost,
+                    ..base.clone()
+                },
+            ),
+        ));
+    }
+    if let Some(only) = &options.only {
+        configurations.retain(|(name, _)| *name == DEFAULT_PIPELINE || name.contains(only.as_str()));
+    }
     if options.rerank {
         configurations.push((
             "default + late-interaction rerank of the top 20",

@@ -1079,6 +1079,12 @@ export interface components {
             prior: number;
             /**
              * Format: double
+             * @description The multiplier for naming the people, places and things the query names by
+             *     their capitalised names (1 when the hit names none of them).
+             */
+            name_boost: number;
+            /**
+             * Format: double
              * @description The reranker's score, when a reranker rescored this hit.
              */
             rerank_score?: number | null;

@@ -212,6 +212,9 @@ pub struct Explanation {
     pub fused_score: f64,
     /// The multiplier the recency, usage and confidence priors applied (1 when off).
     pub prior: f64,
+    /// The multiplier for naming what the query names (1 when it names none of it, or
+    /// the boost is off; see [`crate::Settings::name_boost`]).
+    pub name_boost: f64,
     /// The reranker's score, when a reranker rescored this hit.
     pub rerank_score: Option<f64>,
     /// A newer current fact that holds the same single-valued slot with another value
@@ -376,16 +379,19 @@ impl Cairn {
             let mut memories: Vec<&mut Memory> = fused.iter_mut().map(|(memory, _)| memory).collect();
             self.store.apply_usage(scope, &mut memories).await?;
         }
+        let names = query_names(&query);
         let mut hits: Vec<RecallHit> = fused
             .into_iter()
             .map(|(memory, mut explanation)| {
                 explanation.prior = self.settings.priors.multiplier(&memory, as_of);
+                explanation.name_boost =
+                    name_multiplier(self.settings.name_boost, &names, &memory_text(&memory));
                 RecallHit {
                     status: match &memory {
                         Memory::Fact(fact) => fact.status_at(as_of).unwrap_or(FactStatus::Active),
                         Memory::Episode(_) | Memory::Playbook(_) => FactStatus::Active,
                     },
-                    score: explanation.fused_score * explanation.prior,
+                    score: explanation.fused_score * explanation.prior * explanation.name_boost,
                     explanation: Some(explanation),
                     memory,
                 }
@@ -526,6 +532,34 @@ fn stands_beside(old: &cairn_core::Fact, new: &cairn_core::Fact) -> bool {
         || language::adds_to(&new.text)
 }
 
+/// The names a query asks about: its capitalised words after the first ("When did
+/// Caroline go to Lisbon?" names Caroline and Lisbon), "I" aside, each once.
+fn query_names(query: &str) -> Vec<String> {
+    let mut names: Vec<String> = cairn_offline::language::names(query).into_iter().collect();
+    names.sort();
+    names
+}
+
+/// `1 + boost × (share of names that text names)`. A name counts where the text writes
+/// it capitalised, so the month "May" or the name "Will" is not found in "you may" or
+/// "I will".
+fn name_multiplier(boost: f64, names: &[String], text: &str) -> f64 {
+    if boost == 0.0 || names.is_empty() {
+        return 1.0;
+    }
+    let written: std::collections::HashSet<String> = text
+        .split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .map(|word| word.strip_suffix("'s").unwrap_or(word))
+        .filter(|word| word.chars().next().is_some_and(char::is_uppercase))
+        .map(str::to_lowercase)
+        .collect();
+    let named = names
+        .iter()
+        .filter(|name| written.contains(name.as_str()))
+        .count();
+    1.0 + boost * named as f64 / names.len() as f64
+}
+
 /// The text a memory is searched and shown by.
 pub(crate) fn memory_text(memory: &Memory) -> String {
     match memory {
@@ -551,6 +585,26 @@ mod tests {
         );
         assert_eq!(rrf(0.0, 60.0, 1), 0.0, "a zero weight switches a leg off");
         assert!((rrf(2.0, 10.0, 5) - 2.0 / 15.0).abs() < 1e-12);
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::{name_multiplier, query_names};
+
+    #[test]
+    fn a_name_counts_where_it_is_written_capitalised() {
+        let names = query_names("When did Caroline go to Lisbon in May?");
+        assert_eq!(names, vec!["caroline", "lisbon", "may"]);
+        let third = 1.0 / 3.0;
+        let boost = |text: &str| name_multiplier(0.6, &names, text);
+        assert!((boost("Caroline: I flew to Lisbon in May!") - 1.6).abs() < 1e-9);
+        assert!((boost("Caroline's trip") - (1.0 + 0.6 * third)).abs() < 1e-9);
+        assert_eq!(boost("you may go, caroline"), 1.0, "lower case is not the name");
+        assert_eq!(boost("Melanie: no plans"), 1.0);
+        assert_eq!(name_multiplier(0.0, &names, "Caroline"), 1.0, "0 turns it off");
+        assert_eq!(query_names("what did she do?"), Vec::<String>::new());
+        assert_eq!(name_multiplier(0.6, &[], "Caroline"), 1.0);
     }
 }
 

@@ -900,6 +900,9 @@ pub struct ExplanationResponse {
     pub fused_score: f64,
     /// The multiplier the recency, usage and confidence priors applied (1 when off).
     pub prior: f64,
+    /// The multiplier for naming the people, places and things the query names by
+    /// their capitalised names (1 when the hit names none of them).
+    pub name_boost: f64,
     /// The reranker's score, when a reranker rescored this hit.
     pub rerank_score: Option<f64>,
     /// The id of a newer current fact that holds the same single-valued slot (home,
@@ -916,6 +919,7 @@ fn explanation(explanation: &Explanation) -> ExplanationResponse {
         knn_similarity: explanation.knn_similarity,
         fused_score: explanation.fused_score,
         prior: explanation.prior,
+        name_boost: explanation.name_boost,
         rerank_score: explanation.rerank_score,
         possibly_outdated_by: explanation.possibly_outdated_by.clone(),
     }

@@ -1150,6 +1150,64 @@ async fn erasing_a_user_returns_an_exact_receipt() {
 /// The work of a recall is bounded by what it asks, not by the size of its body: list
 /// inputs past their cap are a 422, and a tier named twice runs once.
 #[actix_web::test]
+async fn a_query_that_names_someone_prefers_the_memories_that_name_them() {
+    // Every fact but one names Caroline, so her name weighs little in BM25, and the short
+    // fact about Melanie's classes, which says "class" twice, leads the fused ranking
+    // without the boost; naming whom the question names puts Caroline's class first.
+    let texts = [
+        "Melanie teaches a class, a yoga class",
+        "Caroline signed up for a pottery class at the community centre downtown, on Tuesday evenings",
+        "Caroline likes jazz",
+        "Caroline has a dog called Rex",
+        "Caroline works at the library",
+        "Caroline may visit Lisbon",
+    ];
+    let ask =
+        json!({ "query": "Which class did Caroline take?", "tiers": ["semantic"], "explain": true, "k": 6 });
+    let mut orders = Vec::new();
+    for boost in [0.0, 0.5] {
+        let harness = harness_with(|config| config.name_boost = boost).await;
+        let service = &harness.service;
+        let owner = token("acme", ALL);
+        for text in texts {
+            let (status, body) = write(service, &owner, "u1", json!({ "text": text })).await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/u1/recall",
+            Some(&owner),
+            Some(ask.clone()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let hits = body["hits"].as_array().cloned().unwrap_or_default();
+        assert_eq!(hits.len(), texts.len(), "{body}");
+        for hit in &hits {
+            let names_her = hit["text"].as_str().unwrap_or_default().contains("Caroline");
+            let expected = if names_her { 1.0 + boost } else { 1.0 };
+            assert_eq!(hit["explain"]["name_boost"], expected, "{hit}");
+        }
+        orders.push(
+            hits.iter()
+                .map(|hit| hit["text"].as_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert!(
+        orders[0][0].starts_with("Melanie"),
+        "without the boost, the fact saying \"class\" most leads: {:?}",
+        orders[0]
+    );
+    assert_eq!(
+        orders[1][0], texts[1],
+        "with it, the fact naming Caroline that answers leads: {:?}",
+        orders[1]
+    );
+}
+
+#[actix_web::test]
 async fn recall_list_inputs_are_capped_and_deduplicated() {
     let harness = harness_with(|_| ()).await;
     let service = &harness.service;
