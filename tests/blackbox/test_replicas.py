@@ -600,7 +600,21 @@ def test_a_mixed_soak_with_a_replica_killed_every_minute(replicas, fake_llm, tmp
                 return False
         return True
 
-    assert wait_for(caught_up, 120), "consolidation did not catch up within 120 s"
+    def lagging():
+        """What each user still lacks, with their jobs and decisions, for the failure."""
+        report = {}
+        for user, places in said_by.items():
+            texts = set(fact_texts(reader, token, user, "all"))
+            missing = sorted(place for place in places if f"The user loves {place}." not in texts)
+            if missing:
+                jobs = reader.call("GET", f"/v1/users/{user}/jobs", token).json()
+                decisions = reader.call("GET", f"/v1/users/{user}/decisions?limit=100", token).json()
+                report[user] = {"missing": missing, "of": len(places), "jobs": jobs,
+                                "decisions": [(d.get("kind"), d.get("reason")) for d in decisions.get("items", [])][:20],
+                                "facts": sorted(texts)[:40]}
+        return report
+
+    assert wait_for(caught_up, 120), f"consolidation did not catch up within 120 s: {lagging()}"
     catch_up = time.monotonic() - ended
     for user in erased:
         assert group.left_of("soak", user) == [], user
