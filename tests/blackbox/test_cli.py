@@ -233,3 +233,59 @@ def test_dashboards_export_writes_saved_objects_for_the_prefix(tmp_path):
         assert "ops-memory-audit" in titles and "ops-memory-decisions" in titles, titles
     refused = run(["dashboards", "export", "--target", "grafana"], base_env(tmp_path))
     assert refused.returncode != 0 and "kibana or opensearch-dashboards" in refused.stderr
+
+
+def test_reembed_moves_the_vectors_beside_a_running_service(make_server, tmp_path):
+    """`cairn reembed` builds the new model's vectors while the old service serves, then
+    switches in one step; the old service then refuses what needs vectors, naming the
+    model to restart with, and a service on the new model finds the same memories."""
+    data = tmp_path / "moved"
+    old = make_server(data).start()
+    token = old.mint("acme")
+    for text in ["My dog is called Rex", "I live in Porto", "I work as a nurse"]:
+        answer = old.call("POST", "/v1/users/u1/episodes", token,
+                          {"messages": [{"role": "user", "content": text}], "consolidate": "sync"})
+        assert answer.status == 201, answer.body
+
+    def top(server, query, tiers=("semantic",)):
+        answer = server.call("POST", "/v1/users/u1/recall", token,
+                             {"query": query, "tiers": list(tiers), "explain": True, "k": 3})
+        assert answer.status == 200, answer.body
+        return answer.json()["hits"]
+
+    assert "Rex" in top(old, "what is my pet's name")[0]["text"]
+    facts_before = sorted(item["text"] for item in old.call("GET", "/v1/users/u1/facts", token).json()["items"])
+
+    env = dict(old.env, CAIRN_EMBEDDING_MODEL="e5-small-v2")
+    moved = run(["reembed", "--batch", "2"], env, timeout=120)
+    assert moved.returncode == 0, moved.stderr
+    assert "e5-small-v2/384" in moved.stdout and "CAIRN_EMBEDDING_MODEL=e5-small-v2" in moved.stdout, moved.stdout
+    assert "re-embedding [" in moved.stderr and "records/s" in moved.stderr, moved.stderr
+
+    # The service still on MiniLM: its vectors no longer compare, so it refuses (503, as
+    # any store outage is to a caller) and tells its operator what to do in its log.
+    refused = old.call("POST", "/v1/users/u1/recall", token, {"query": "what is my pet's name"})
+    assert refused.status == 503 and refused.json()["error"]["code"] == "unavailable", refused.body
+    assert "restart the service with CAIRN_EMBEDDING_MODEL=e5-small-v2" in old.log.read_text()
+    write = old.call("POST", "/v1/users/u1/episodes", token,
+                     {"messages": [{"role": "user", "content": "I like tea"}], "consolidate": "none"})
+    assert write.status == 503, write.body
+    old.stop()
+
+    stale = make_server(data)
+    try:
+        stale.start()
+        raise AssertionError("a service on the old model started on the moved store")
+    except RuntimeError as error:
+        assert "cairn reembed" in str(error), error
+    stale.stop()
+
+    new = make_server(data, {"CAIRN_EMBEDDING_MODEL": "e5-small-v2"}).start()
+    hits = top(new, "what is my pet's name")
+    assert "Rex" in hits[0]["text"] and hits[0]["explain"]["knn_rank"] == 1, hits
+    assert "Porto" in top(new, "which city do I live in", ("episodic",))[0]["text"]
+    facts_after = sorted(item["text"] for item in new.call("GET", "/v1/users/u1/facts", token).json()["items"])
+    assert facts_after == facts_before
+
+    again = run(["reembed"], dict(new.env), timeout=120)
+    assert again.returncode == 0 and "0 records" in again.stdout, (again.stdout, again.stderr)

@@ -11,6 +11,7 @@ mod playbooks;
 mod portability;
 mod profile;
 mod recall;
+mod reembed;
 mod review;
 mod sealed;
 mod usage;
@@ -31,6 +32,7 @@ pub use portability::{
 };
 pub use profile::{Profile, ProfileRequest};
 pub use recall::{Explanation, Priors, RecallHit, RecallRequest, RecallResult, rrf};
+pub use reembed::ReembedProgress;
 pub use review::{ReviewItem, ReviewOutcome, ReviewPolicies, ReviewPolicy, TenantQueue};
 pub use usage::UsageLog;
 

@@ -6,7 +6,7 @@
 //! decisions in the same transaction. A change set cannot be built without an audit
 //! event, so no mutation goes unaudited.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::limits::{RateGrant, RateQuota, TenantLimits};
 use crate::model::{
     AuditEvent, ConsolidationJob, Decision, DecisionKind, Episode, Fact, FactStatus, FactType, LoggedEpisode,
@@ -15,6 +15,36 @@ use crate::model::{
 use crate::scope::Scope;
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
+
+/// Where a move of the stored vectors to another embedding space stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reembedding {
+    /// The space the stored vectors are in (`model/dimension`), if any was claimed.
+    pub current: Option<String>,
+    /// The space being moved to.
+    pub target: String,
+    /// Records with a vector built in the target space, and records still to build.
+    pub built: u64,
+    pub remaining: u64,
+}
+
+/// A record whose vector is to be built again: the text it is embedded from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToReembed {
+    pub tier: Tier,
+    pub id: String,
+    pub text: String,
+}
+
+/// A vector built in the target space for the record of `tier` and `id`, from `text`
+/// (a record whose text changed since is skipped).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reembedded {
+    pub tier: Tier,
+    pub id: String,
+    pub text: String,
+    pub vector: Vec<f32>,
+}
 
 /// The three memory tiers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
@@ -546,6 +576,42 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// that they match what was recorded before (a mismatch is an error: vectors of two
     /// models cannot be compared).
     async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()>;
+
+    /// Starts (or resumes) moving every stored vector to the embedding space `target`
+    /// (`model/dimension`): the new vectors are built beside the current ones, which
+    /// keep serving, and replace them in one step ([`MemoryStore::finish_reembedding`]).
+    /// Starting towards another target than an unfinished one drops what was built.
+    /// For the operator's `cairn reembed` only: it spans every scope, as a backup does.
+    async fn start_reembedding(&self, _target: &str) -> Result<Reembedding> {
+        Err(Error::Unavailable(
+            "re-embedding is not supported on this backend yet".into(),
+        ))
+    }
+
+    /// Up to `limit` records that hold a vector and have none built in the target
+    /// space yet, with the text their vector is made from.
+    async fn pending_reembedding(&self, _limit: usize) -> Result<Vec<ToReembed>> {
+        Err(Error::Unavailable(
+            "re-embedding is not supported on this backend yet".into(),
+        ))
+    }
+
+    /// Keeps vectors built in the target space, by tier and id; a record erased or
+    /// changed since it was read is skipped (it is read again, or is gone).
+    async fn store_reembedded(&self, _vectors: Vec<Reembedded>) -> Result<()> {
+        Err(Error::Unavailable(
+            "re-embedding is not supported on this backend yet".into(),
+        ))
+    }
+
+    /// When no record is left to build, replaces every vector with the one built and
+    /// claims the target space, in one step; otherwise changes nothing. Answers where
+    /// the move stands (`remaining` 0 and `current` the target once switched).
+    async fn finish_reembedding(&self) -> Result<Reembedding> {
+        Err(Error::Unavailable(
+            "re-embedding is not supported on this backend yet".into(),
+        ))
+    }
 
     /// Adds batched use counts to facts and playbooks of the scope (ids of other scopes
     /// and of erased records are skipped); `last_used_at` only moves forward.

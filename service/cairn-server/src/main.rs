@@ -46,6 +46,15 @@ enum Command {
         #[arg(long)]
         from: PathBuf,
     },
+    /// Move every stored vector to the configured CAIRN_EMBEDDING_MODEL: the new vectors
+    /// are built beside the current ones while the service serves, then replace them in
+    /// one step; restart the service with the new model afterwards. Resumable (run it
+    /// again after an interruption).
+    Reembed {
+        /// Records embedded per batch.
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+    },
     /// Write everything of one user as one JSON document (what GET
     /// /v1/users/{user}/export answers).
     Export {
@@ -367,6 +376,62 @@ fn local(config: &Config, route: &str) -> anyhow::Result<Local> {
     })
 }
 
+/// `cairn reembed`: beside a running service on the embedded store (which keeps its
+/// lock and leases), or against a search cluster.
+fn reembed(config: &Config, batch: usize) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let store: std::sync::Arc<dyn cairn_core::MemoryStore> = match config.backend {
+        Backend::Embedded => std::sync::Arc::new(
+            cairn_store_sqlite::SqliteStore::open_beside_service(&config.data_dir)
+                .map_err(|error| anyhow::anyhow!("CAIRN_DATA_DIR: {error}"))?,
+        ),
+        Backend::Opensearch | Backend::Elasticsearch => std::sync::Arc::new(cluster_store(config)?),
+    };
+    let cairn = cairn_server::build_cairn(config, store)?;
+    let started = std::time::Instant::now();
+    let mut last_line = std::time::Instant::now() - std::time::Duration::from_secs(1);
+    let finished = runtime.block_on(cairn.reembed(batch, |progress| {
+        if last_line.elapsed() < std::time::Duration::from_millis(500) && progress.built < progress.total {
+            return;
+        }
+        last_line = std::time::Instant::now();
+        eprint!("\r{}", progress_line(progress, started.elapsed()));
+    }))?;
+    eprintln!();
+    println!(
+        "the store's vectors are now {} ({} records, {:.1} s); restart the service with CAIRN_EMBEDDING_MODEL={}",
+        finished.target,
+        finished.built,
+        started.elapsed().as_secs_f64(),
+        finished.target.split('/').next().unwrap_or(&finished.target)
+    );
+    Ok(())
+}
+
+/// `re-embedding [#####.....]  1,200 / 10,000  12%  310 records/s  eta 28 s`
+fn progress_line(progress: &cairn_app::ReembedProgress, elapsed: std::time::Duration) -> String {
+    const WIDTH: u64 = 30;
+    let total = progress.total.max(1);
+    let done = progress.built.min(total);
+    let filled = usize::try_from(done * WIDTH / total).unwrap_or(0);
+    let rate = progress.this_run as f64 / elapsed.as_secs_f64().max(1e-3);
+    let left = total - done;
+    let eta = if rate > 0.0 {
+        format!("{:.0} s", left as f64 / rate)
+    } else {
+        "-".to_owned()
+    };
+    format!(
+        "re-embedding [{}{}] {done} / {total}  {}%  {rate:.0} records/s  eta {eta}   ",
+        "#".repeat(filled),
+        ".".repeat(usize::try_from(WIDTH).unwrap_or(30) - filled),
+        done * 100 / total
+    )
+}
+
 fn operator_scope(tenant: &str, user: &str) -> anyhow::Result<cairn_core::Scope> {
     let principal = cairn_server::auth::local_operator(tenant, "operator")?;
     principal
@@ -452,6 +517,7 @@ fn run() -> anyhow::Result<()> {
             healthcheck(&config, std::time::Duration::from_secs(timeout.max(1)))
         }
         Command::Backup { to } => backup(&config, &to),
+        Command::Reembed { batch } => reembed(&config, batch),
         Command::Restore { from } => restore(&config, &from),
         Command::Export { tenant, user, out } => export(&config, &tenant, &user, out.as_deref()),
         Command::Dashboards {

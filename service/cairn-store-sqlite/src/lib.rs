@@ -8,6 +8,7 @@
 mod backup;
 mod commit;
 mod cursor;
+mod reembed;
 mod rows;
 mod schema;
 mod search;
@@ -15,9 +16,9 @@ mod vectors;
 
 use cairn_core::{
     AuditEvent, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Episode, ErasureReceipt, Error,
-    Fact, FactStatus, LoggedEpisode, MemoryStore, Page, PageRequest, Playbook, Result, Review, ReviewKind,
-    ReviewSummary, Scope, StatusFilter, TenantId, TenantScope, TextHit, TextQuery, Tier, Tombstone, UseCount,
-    UserId, UserSummary, VectorQuery,
+    Fact, FactStatus, LoggedEpisode, MemoryStore, Page, PageRequest, Playbook, Reembedded, Reembedding,
+    Result, Review, ReviewKind, ReviewSummary, Scope, StatusFilter, TenantId, TenantScope, TextHit,
+    TextQuery, Tier, ToReembed, Tombstone, UseCount, UserId, UserSummary, VectorQuery,
 };
 use chrono::{DateTime, Utc};
 use rows::micros;
@@ -44,6 +45,44 @@ struct Inner {
     vectors: vectors::VectorIndexes,
     /// The secret page cursors are enciphered under (see `cursor.rs`).
     cursor_key: [u8; 32],
+    /// The embedding space this process claimed: once another process moves the
+    /// store's vectors elsewhere (`cairn reembed`), vector reads and writes refuse.
+    claimed_space: Mutex<Option<String>>,
+    /// How far `pending_reembedding` has read each tier, by `seq`.
+    reembed_after: Mutex<[i64; 3]>,
+}
+
+/// A command run beside the service reads the whole file once: through read() calls
+/// and a small page cache, not a memory map that would keep every page it touched
+/// resident.
+fn beside(connection: &Connection, beside_service: bool) -> Result<()> {
+    if beside_service {
+        connection.pragma_update(None, "mmap_size", 0).map_err(storage)?;
+    }
+    Ok(())
+}
+
+impl Inner {
+    /// Refuses once the stored vectors were moved to another space than this process
+    /// claimed (by `cairn reembed` beside it): its model's vectors no longer compare.
+    fn check_space(&self, connection: &Connection) -> Result<()> {
+        let claimed = self
+            .claimed_space
+            .lock()
+            .map_err(|_| Error::Storage("claimed space poisoned".into()))?
+            .clone();
+        let Some(claimed) = claimed else {
+            return Ok(());
+        };
+        match reembed::current_space(connection)? {
+            Some(current) if current != claimed => Err(Error::Unavailable(format!(
+                "the store's vectors were moved to {current} (cairn reembed); restart the service with \
+                 CAIRN_EMBEDDING_MODEL={}",
+                current.split('/').next().unwrap_or(&current)
+            ))),
+            Some(_) | None => Ok(()),
+        }
+    }
 }
 
 /// The embedded backend. Cheap to clone; clones share connections.
@@ -61,6 +100,16 @@ impl SqliteStore {
     /// Opens the store with the in-memory vector indexes held to `budget` bytes (past
     /// it, the least recently used scope indexes are dropped and rebuilt on demand).
     pub fn open_with_vector_budget(data_dir: &Path, budget: usize) -> Result<Self> {
+        SqliteStore::open_as(data_dir, budget, false)
+    }
+
+    /// Opens the store beside the process that serves it (`cairn reembed`): the schema
+    /// must be current already, and the leases the service holds are left as they are.
+    pub fn open_beside_service(data_dir: &Path) -> Result<Self> {
+        SqliteStore::open_as(data_dir, vectors::DEFAULT_BUDGET_BYTES, true)
+    }
+
+    fn open_as(data_dir: &Path, budget: usize, beside_service: bool) -> Result<Self> {
         std::fs::create_dir_all(data_dir).map_err(|error| {
             Error::Unavailable(format!(
                 "cannot create data directory {}: {error}",
@@ -71,6 +120,7 @@ impl SqliteStore {
         backup::keep_private(data_dir, &path)?;
         let mut writer = Connection::open(&path).map_err(storage)?;
         schema::configure(&writer).map_err(storage)?;
+        beside(&writer, beside_service)?;
         // A store written by an older release is copied aside before its schema changes,
         // so an upgrade can be rolled back by restoring the copy with the old binary.
         let version = schema::version(&writer).map_err(storage)?;
@@ -83,21 +133,30 @@ impl SqliteStore {
                 data_dir.join(UPGRADE_BACKUPS).display()
             )));
         }
+        if beside_service && version != schema::SCHEMA_VERSION {
+            return Err(Error::Unavailable(format!(
+                "{} has schema {version}, not {}: start this release's `cairn serve` once first",
+                path.display(),
+                schema::SCHEMA_VERSION
+            )));
+        }
         if version > 0 && version < schema::SCHEMA_VERSION {
             let copy = backup::before_upgrade(&writer, data_dir, version)?;
             tracing::info!(from = version, to = schema::SCHEMA_VERSION, backup = %copy.display(), "upgrading the embedded store's schema");
         }
-        schema::migrate(&mut writer).map_err(storage)?;
-        // The embedded store belongs to one process: a lease left in the file was held
-        // by a process that is gone, so its job is due again now (its attempt counted),
-        // and its scope's runs are free.
-        writer
-            .execute_batch(
-                "UPDATE jobs SET leased_until = NULL WHERE leased_until IS NOT NULL; \
-                 UPDATE consolidation_state SET runs_holder = NULL, runs_until = NULL \
-                 WHERE runs_holder IS NOT NULL;",
-            )
-            .map_err(storage)?;
+        if !beside_service {
+            schema::migrate(&mut writer).map_err(storage)?;
+            // The embedded store belongs to one serving process: a lease left in the
+            // file was held by a process that is gone, so its job is due again now (its
+            // attempt counted), and its scope's runs are free.
+            writer
+                .execute_batch(
+                    "UPDATE jobs SET leased_until = NULL WHERE leased_until IS NOT NULL; \
+                     UPDATE consolidation_state SET runs_holder = NULL, runs_until = NULL \
+                     WHERE runs_holder IS NOT NULL;",
+                )
+                .map_err(storage)?;
+        }
         // The secret page cursors are enciphered under: made once, kept in the file.
         writer
             .execute(
@@ -120,6 +179,7 @@ impl SqliteStore {
             .map(|_| {
                 let reader = Connection::open(&path).map_err(storage)?;
                 schema::configure(&reader).map_err(storage)?;
+                beside(&reader, beside_service)?;
                 Ok(Mutex::new(reader))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -131,6 +191,8 @@ impl SqliteStore {
                 path,
                 vectors: vectors::VectorIndexes::with_budget(budget),
                 cursor_key,
+                claimed_space: Mutex::new(None),
+                reembed_after: Mutex::new([0; 3]),
             }),
         })
     }
@@ -247,6 +309,7 @@ impl SqliteStore {
                 .writer
                 .lock()
                 .map_err(|_| Error::Storage("writer connection poisoned".into()))?;
+            inner.check_space(&connection)?;
             work(&mut connection)
         })
         .await
@@ -667,12 +730,17 @@ impl MemoryStore for SqliteStore {
         let scope = scope.clone();
         let query = query.clone();
         let inner = Arc::clone(&self.inner);
-        self.read(move |connection| search::search_vector(connection, &inner.vectors, &scope, &query))
-            .await
+        self.read(move |connection| {
+            inner.check_space(connection)?;
+            search::search_vector(connection, &inner.vectors, &scope, &query)
+        })
+        .await
     }
 
     async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()> {
         let claimed = format!("{model_id}/{dimension}");
+        let inner = Arc::clone(&self.inner);
+        let model = model_id.to_owned();
         self.write(move |connection| {
             let existing: Option<String> = connection
                 .query_row(
@@ -683,21 +751,83 @@ impl MemoryStore for SqliteStore {
                 .optional()
                 .map_err(storage)?;
             match existing {
-                Some(existing) if existing == claimed => Ok(()),
-                Some(existing) => Err(Error::Unavailable(format!(
-                    "the store holds vectors of {existing} but the configured embedding model is {claimed}; \
-                     use the model the data was written with, or a new data directory"
-                ))),
-                None => connection
-                    .execute(
-                        "INSERT INTO schema_meta (key, value) VALUES ('embedding_space', ?1)",
-                        [claimed],
-                    )
-                    .map(|_| ())
-                    .map_err(storage),
+                Some(existing) if existing == claimed => {}
+                Some(existing) => {
+                    return Err(Error::Unavailable(format!(
+                        "the store holds vectors of {existing} but the configured embedding model is {claimed}; \
+                         run `cairn reembed` with CAIRN_EMBEDDING_MODEL={model} to move the stored vectors \
+                         to it, or configure CAIRN_EMBEDDING_MODEL={} again",
+                        existing.split('/').next().unwrap_or(&existing)
+                    )));
+                }
+                None => {
+                    connection
+                        .execute(
+                            "INSERT INTO schema_meta (key, value) VALUES ('embedding_space', ?1)",
+                            [&claimed],
+                        )
+                        .map_err(storage)?;
+                }
             }
+            *inner
+                .claimed_space
+                .lock()
+                .map_err(|_| Error::Storage("claimed space poisoned".into()))? = Some(claimed);
+            Ok(())
         })
         .await
+    }
+
+    async fn start_reembedding(&self, target: &str) -> Result<Reembedding> {
+        let target = target.to_owned();
+        let inner = Arc::clone(&self.inner);
+        self.write(move |connection| {
+            *inner
+                .reembed_after
+                .lock()
+                .map_err(|_| Error::Storage("re-embedding cursor poisoned".into()))? = [0; 3];
+            reembed::start(connection, &target)
+        })
+        .await
+    }
+
+    async fn pending_reembedding(&self, limit: usize) -> Result<Vec<ToReembed>> {
+        let inner = Arc::clone(&self.inner);
+        self.read(move |connection| {
+            let mut after = inner
+                .reembed_after
+                .lock()
+                .map_err(|_| Error::Storage("re-embedding cursor poisoned".into()))?;
+            let found = reembed::pending(connection, &mut after, limit)?;
+            if !found.is_empty() {
+                return Ok(found);
+            }
+            // Past the end: once more from the start, for records changed behind the
+            // cursor (their built vectors were dropped).
+            *after = [0; 3];
+            reembed::pending(connection, &mut after, limit)
+        })
+        .await
+    }
+
+    async fn store_reembedded(&self, vectors: Vec<Reembedded>) -> Result<()> {
+        self.write(move |connection| reembed::store(connection, vectors))
+            .await
+    }
+
+    async fn finish_reembedding(&self) -> Result<Reembedding> {
+        let inner = Arc::clone(&self.inner);
+        let (status, switched) = self.write(reembed::finish).await?;
+        if switched {
+            // Every index this process holds was built from the vectors just replaced.
+            inner.vectors.clear();
+            if let Ok(mut claimed) = inner.claimed_space.lock()
+                && claimed.is_some()
+            {
+                *claimed = status.current.clone();
+            }
+        }
+        Ok(status)
     }
 
     async fn record_usage(&self, scope: &Scope, uses: &[UseCount]) -> Result<()> {

@@ -2,7 +2,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Durability, safety and read settings applied to every connection. `synchronous=FULL`
 /// in WAL mode means an acknowledged commit survives a crash of the process or the
@@ -66,6 +66,9 @@ pub fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     }
     if version < 7 {
         transaction.execute_batch(GENERATIONS)?;
+    }
+    if version < 8 {
+        transaction.execute_batch(REEMBEDDING)?;
     }
     if version < SCHEMA_VERSION {
         transaction.execute(
@@ -339,4 +342,28 @@ ALTER TABLE consolidation_state ADD COLUMN import_claimed_at INTEGER;
 ALTER TABLE consolidation_state ADD COLUMN runs_holder TEXT;
 ALTER TABLE consolidation_state ADD COLUMN runs_until INTEGER;
 CREATE TABLE used_once (key TEXT PRIMARY KEY, until INTEGER NOT NULL);
+"#;
+
+/// Vectors of another embedding space built beside the current ones (`cairn reembed`),
+/// by tier and record id. A record deleted, or whose text or vector changes, loses its
+/// built vector, so the move never carries a vector of erased or outdated text.
+const REEMBEDDING: &str = r#"
+CREATE TABLE reembedding (
+    tier TEXT NOT NULL,
+    id TEXT NOT NULL,
+    embedding BLOB NOT NULL,
+    PRIMARY KEY (tier, id)
+) WITHOUT ROWID;
+CREATE TRIGGER episodes_reembedding_deleted AFTER DELETE ON episodes
+    BEGIN DELETE FROM reembedding WHERE tier = 'episodic' AND id = OLD.id; END;
+CREATE TRIGGER episodes_reembedding_changed AFTER UPDATE OF text, embedding ON episodes
+    BEGIN DELETE FROM reembedding WHERE tier = 'episodic' AND id = OLD.id; END;
+CREATE TRIGGER facts_reembedding_deleted AFTER DELETE ON facts
+    BEGIN DELETE FROM reembedding WHERE tier = 'semantic' AND id = OLD.id; END;
+CREATE TRIGGER facts_reembedding_changed AFTER UPDATE OF text, embedding ON facts
+    BEGIN DELETE FROM reembedding WHERE tier = 'semantic' AND id = OLD.id; END;
+CREATE TRIGGER playbooks_reembedding_deleted AFTER DELETE ON playbooks
+    BEGIN DELETE FROM reembedding WHERE tier = 'procedural' AND id = OLD.id; END;
+CREATE TRIGGER playbooks_reembedding_changed AFTER UPDATE OF name, trigger_text, steps, embedding ON playbooks
+    BEGIN DELETE FROM reembedding WHERE tier = 'procedural' AND id = OLD.id; END;
 "#;

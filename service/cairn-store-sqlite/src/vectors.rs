@@ -466,6 +466,16 @@ impl VectorIndexes {
         }
     }
 
+    /// Drops every index (the stored vectors were all replaced).
+    pub fn clear(&self) {
+        if let Ok(mut table) = self.table.lock() {
+            let keys: Vec<Key> = table.entries.keys().cloned().collect();
+            for key in keys {
+                table.forget(&key);
+            }
+        }
+    }
+
     /// Indexes held and their approximate bytes.
     pub fn usage(&self) -> (usize, usize) {
         match self.table.lock() {

@@ -148,7 +148,7 @@ async fn upgrading_from_version_2_indexes_episode_context() {
             .expect("commit");
     }
     // Put the file back into its version 2 shape: a full-text table without context, jobs
-    // without dead letters, scope state without audit keys or generations.
+    // without dead letters, scope state without audit keys or generations, no re-embedding.
     {
         let connection =
             rusqlite::Connection::open(directory.path().join("cairn.sqlite3")).expect("open file");
@@ -170,6 +170,13 @@ async fn upgrading_from_version_2_indexes_episode_context() {
                  ALTER TABLE consolidation_state DROP COLUMN runs_until;
                  DROP TABLE used_once;
                  DROP TABLE reviews;
+                 DROP TABLE reembedding;
+                 DROP TRIGGER episodes_reembedding_deleted;
+                 DROP TRIGGER episodes_reembedding_changed;
+                 DROP TRIGGER facts_reembedding_deleted;
+                 DROP TRIGGER facts_reembedding_changed;
+                 DROP TRIGGER playbooks_reembedding_deleted;
+                 DROP TRIGGER playbooks_reembedding_changed;
                  UPDATE schema_meta SET value = '2' WHERE key = 'version';",
             )
             .expect("downgrade");
@@ -384,7 +391,7 @@ async fn a_backup_under_writes_restores_every_acknowledged_write() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     writer.await.expect("writer");
     assert!(before.len() > 5, "writes went on: {}", before.len());
-    assert_eq!(report.schema_version, 7);
+    assert_eq!(report.schema_version, 8);
     // The copy was staged in an owner-only directory of its own, removed after.
     let staged: Vec<String> = std::fs::read_dir(directory.path())
         .expect("list")

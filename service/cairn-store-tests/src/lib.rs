@@ -35,6 +35,7 @@ macro_rules! conformance_suite {
             readied_ingests_commit_as_unreadied_ones,
             vector_search_is_scoped_and_current,
             the_embedding_space_is_claimed_once,
+            vectors_move_to_another_space_in_one_step,
             vectors_follow_erasure_and_reuse,
             vector_search_follows_every_change_after_first_use,
             the_watermark_moves_only_from_where_it_is,
@@ -197,6 +198,19 @@ async fn ingest_episodes(store: &dyn MemoryStore, scope: &Scope, episodes: Vec<c
         .await
         .expect("ingest episodes");
     store.make_ingests_searchable().await.expect("searchable");
+}
+
+/// Forgets a fact of the scope (`Change::EraseFact`), which must succeed.
+async fn erase_fact(store: &dyn MemoryStore, scope: &Scope, fact_id: &str) {
+    store
+        .commit(
+            scope,
+            ChangeSet::new(audit(scope, "fact.forget")).with(Change::EraseFact {
+                fact_id: fact_id.to_owned(),
+            }),
+        )
+        .await
+        .expect("erase the fact");
 }
 
 async fn insert(store: &dyn MemoryStore, scope: &Scope, fact: &Fact) {
@@ -591,15 +605,7 @@ pub async fn erased_facts_leave_no_trace_in_reads_or_search(store: Arc<dyn Memor
         )
         .await;
     assert!(matches!(refused, Err(Error::NotFound { .. })));
-    store
-        .commit(
-            &alice,
-            ChangeSet::new(audit(&alice, "fact.forget")).with(Change::EraseFact {
-                fact_id: new.id.clone(),
-            }),
-        )
-        .await
-        .expect("erase");
+    erase_fact(store.as_ref(), &alice, &new.id).await;
     assert!(store.get_fact(&alice, &new.id).await.expect("get").is_none());
     assert!(
         search(store.as_ref(), &alice, "globex", Utc::now(), true)
@@ -1358,6 +1364,115 @@ pub async fn the_embedding_space_is_claimed_once(store: Arc<dyn MemoryStore>) {
     );
 }
 
+/// `cairn reembed`: vectors of another space are built beside the current ones, which
+/// keep serving; erased or changed records lose what was built for them; the switch
+/// happens only when nothing is left, and then all at once.
+pub async fn vectors_move_to_another_space_in_one_step(store: Arc<dyn MemoryStore>) {
+    store.claim_embedding_space("model-a", 3).await.expect("claim");
+    let alice = scope("acme", "alice");
+    let bob = scope("acme", "bob");
+    let at = Utc::now() - Duration::minutes(1);
+    let (east, north) = (unit(&[1.0, 0.0, 0.0]), unit(&[0.0, 1.0, 0.0]));
+    let mut kept = fact("The user keeps this one", at);
+    kept.embedding = Some(east.clone());
+    let mut forgotten = fact("The user forgets this one", at);
+    forgotten.embedding = Some(north.clone());
+    let mut later = fact("The user says this later", at);
+    later.embedding = Some(north.clone());
+    insert(store.as_ref(), &alice, &kept).await;
+    insert(store.as_ref(), &alice, &forgotten).await;
+    insert(store.as_ref(), &bob, &later).await;
+
+    let started = match store.start_reembedding("model-b/3").await {
+        Ok(started) => started,
+        Err(Error::Unavailable(message)) => {
+            // A backend that cannot move its vectors yet says so and changes nothing.
+            assert!(message.contains("not supported"), "{message}");
+            store
+                .claim_embedding_space("model-a", 3)
+                .await
+                .expect("the claim is unchanged");
+            return;
+        }
+        Err(other) => panic!("start: {other:?}"),
+    };
+    assert_eq!(
+        (started.current.as_deref(), started.built, started.remaining),
+        (Some("model-a/3"), 0, 3)
+    );
+    let first = store.pending_reembedding(2).await.expect("pending");
+    assert_eq!(first.len(), 2, "{first:?}");
+    let built = |record: &cairn_core::ToReembed, vector: &[f32]| cairn_core::Reembedded {
+        tier: record.tier,
+        id: record.id.clone(),
+        text: record.text.clone(),
+        vector: vector.to_vec(),
+    };
+    // The new space swaps the directions.
+    let swapped: Vec<cairn_core::Reembedded> = first
+        .iter()
+        .map(|record| {
+            assert_eq!(record.tier, Tier::Semantic);
+            built(record, if record.id == kept.id { &north } else { &east })
+        })
+        .collect();
+    store.store_reembedded(swapped).await.expect("store");
+    assert_eq!(
+        nearest(store.as_ref(), &alice, &east, false).await[0].0,
+        kept.id,
+        "the current vectors keep serving while the new ones are built"
+    );
+
+    // Forgetting a record drops what was built for it.
+    erase_fact(store.as_ref(), &alice, &forgotten.id).await;
+    let halfway = store.finish_reembedding().await.expect("finish");
+    assert_eq!(
+        (halfway.current.as_deref(), halfway.built, halfway.remaining),
+        (Some("model-a/3"), 1, 1),
+        "no switch while a record is left, and nothing kept of the forgotten one: {halfway:?}"
+    );
+    let rest = store.pending_reembedding(10).await.expect("pending");
+    assert_eq!(
+        rest.iter().map(|record| record.id.as_str()).collect::<Vec<_>>(),
+        vec![later.id.as_str()],
+        "only what is left, and nothing forgotten"
+    );
+    // A vector built from text the record no longer holds is not kept.
+    let mut stale = built(&rest[0], &east);
+    stale.text = "The user said something else".into();
+    store.store_reembedded(vec![stale]).await.expect("stale");
+    assert_eq!(store.finish_reembedding().await.expect("finish").remaining, 1);
+    let wrong_length = store.store_reembedded(vec![built(&rest[0], &[1.0, 0.0])]).await;
+    assert!(
+        matches!(wrong_length, Err(Error::Invalid { .. })),
+        "{wrong_length:?}"
+    );
+    store
+        .store_reembedded(vec![built(&rest[0], &east)])
+        .await
+        .expect("store");
+
+    let done = store.finish_reembedding().await.expect("finish");
+    assert_eq!((done.current.as_deref(), done.remaining), (Some("model-b/3"), 0));
+    assert_eq!(
+        nearest(store.as_ref(), &alice, &north, false).await[0].0,
+        kept.id,
+        "every vector was replaced at once"
+    );
+    assert_eq!(nearest(store.as_ref(), &bob, &east, false).await[0].0, later.id);
+    let old = store.claim_embedding_space("model-a", 3).await;
+    assert!(
+        matches!(old, Err(Error::Unavailable(ref message)) if message.contains("cairn reembed")),
+        "{old:?}"
+    );
+    store
+        .claim_embedding_space("model-b", 3)
+        .await
+        .expect("the new space is claimed");
+    let again = store.start_reembedding("model-b/3").await.expect("again");
+    assert_eq!((again.built, again.remaining), (0, 0), "already there");
+}
+
 pub async fn vectors_follow_erasure_and_reuse(store: Arc<dyn MemoryStore>) {
     let alice = scope("acme", "alice");
     let first_vector = unit(&[1.0, 0.0, 0.0]);
@@ -1371,15 +1486,7 @@ pub async fn vectors_follow_erasure_and_reuse(store: Arc<dyn MemoryStore>) {
         nearest(store.as_ref(), &alice, &first_vector, false).await[0].0,
         first.id
     );
-    store
-        .commit(
-            &alice,
-            ChangeSet::new(audit(&alice, "fact.forget")).with(Change::EraseFact {
-                fact_id: first.id.clone(),
-            }),
-        )
-        .await
-        .expect("erase");
+    erase_fact(store.as_ref(), &alice, &first.id).await;
     assert!(
         nearest(store.as_ref(), &alice, &first_vector, false)
             .await
