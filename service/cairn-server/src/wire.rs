@@ -112,7 +112,7 @@ pub struct IngestBody {
     pub messages: Vec<MessageBody>,
     pub session_id: Option<String>,
     /// When consolidation runs (default `async`).
-    #[schemars(extend("enum" = ["async", "sync", "none"]))]
+    #[schemars(extend("enum" = ["async", "sync", "none", null]))]
     pub consolidate: Option<String>,
 }
 
@@ -291,14 +291,14 @@ pub fn consolidation(outcome: &ConsolidationOutcome) -> ConsolidationResponse {
 pub struct FactBody {
     #[schemars(length(min = 1), regex(pattern = r"\S"))]
     pub text: String,
-    #[schemars(extend("enum" = ["identity", "preference", "constraint", "world", "event"]))]
+    #[schemars(extend("enum" = ["identity", "preference", "constraint", "world", "event", null]))]
     pub fact_type: Option<String>,
     #[schemars(range(min = 0.0, max = 1.0))]
     pub confidence: Option<f32>,
     /// The id of an active fact this one replaces.
     pub supersedes: Option<String>,
     /// `natural` keeps the replaced fact as history; `harsh` retracts it.
-    #[schemars(extend("enum" = ["natural", "harsh"]))]
+    #[schemars(extend("enum" = ["natural", "harsh", null]))]
     pub contradiction: Option<String>,
     #[schemars(extend("format" = "date-time"))]
     pub valid_from: Option<String>,
