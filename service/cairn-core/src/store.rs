@@ -772,6 +772,11 @@ pub trait MemoryStore: Send + Sync + 'static {
     /// erasure before it removes anything. [`Change::RequireGeneration`] compares it.
     async fn generation(&self, scope: &Scope) -> Result<u64>;
 
+    /// Extends the lease of a job this worker runs to `until` (its attempts unchanged),
+    /// so a run longer than the lease is not handed to another worker while it lives.
+    /// `false` when the job is gone or no longer leased.
+    async fn renew_job(&self, scope: &Scope, job_id: &str, until: DateTime<Utc>) -> Result<bool>;
+
     /// Gives a leased job back without counting its attempt (the run never started: its
     /// scope was being consolidated elsewhere, or the service stopped), due at
     /// `run_after`. A job no longer there is ignored.

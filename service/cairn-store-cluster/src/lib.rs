@@ -2108,6 +2108,34 @@ impl MemoryStore for ClusterStore {
         Ok(())
     }
 
+    async fn renew_job(&self, scope: &Scope, job_id: &str, until: DateTime<Utc>) -> Result<bool> {
+        self.ready()?;
+        let tenant = scope.tenant().as_str();
+        for _ in 0..10 {
+            let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
+                return Ok(false);
+            };
+            if doc.source.get("leased_until").is_none_or(Value::is_null) {
+                return Ok(false);
+            }
+            let mut source = doc.source.clone();
+            source["leased_until"] = json!(docs::micros(until));
+            let answer = self
+                .write_if(
+                    "jobs",
+                    job_id,
+                    tenant,
+                    source,
+                    Some((doc.seq_no, doc.primary_term)),
+                )
+                .await?;
+            if answer.status != 409 {
+                return Ok(true);
+            }
+        }
+        Err(Error::Unavailable(format!("job {job_id}: too much contention")))
+    }
+
     async fn defer_job(&self, scope: &Scope, job_id: &str, run_after: DateTime<Utc>) -> Result<()> {
         self.ready()?;
         let tenant = scope.tenant().as_str();

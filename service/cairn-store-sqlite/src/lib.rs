@@ -1316,6 +1316,26 @@ impl MemoryStore for SqliteStore {
         .await
     }
 
+    async fn renew_job(&self, scope: &Scope, job_id: &str, until: DateTime<Utc>) -> Result<bool> {
+        let (scope, job_id) = (scope.clone(), job_id.to_owned());
+        self.write(move |connection| {
+            connection
+                .execute(
+                    "UPDATE jobs SET leased_until = ?1 WHERE id = ?2 AND tenant = ?3 AND user_id = ?4 \
+                     AND leased_until IS NOT NULL",
+                    params![
+                        micros(until),
+                        job_id,
+                        scope.tenant().as_str(),
+                        scope.user().as_str()
+                    ],
+                )
+                .map(|changed| changed == 1)
+                .map_err(storage)
+        })
+        .await
+    }
+
     async fn defer_job(&self, scope: &Scope, job_id: &str, run_after: DateTime<Utc>) -> Result<()> {
         let (scope, job_id) = (scope.clone(), job_id.to_owned());
         self.write(move |connection| {

@@ -2310,13 +2310,41 @@ pub async fn jobs_are_durable_leased_and_scoped(store: Arc<dyn MemoryStore>) {
         store.claim_job(now, lease, None).await.expect("claim").is_none(),
         "a retry never steals a live lease"
     );
+    // A worker whose run outlives the lease renews it: the job stays its own, with the
+    // attempt it counted; another scope cannot renew it.
+    let renewed = lease + Duration::seconds(30);
+    let bob = scope("acme", "bob");
+    assert!(
+        !store
+            .renew_job(&bob, &queued.id, renewed)
+            .await
+            .expect("renew elsewhere"),
+        "another scope's job is not renewed"
+    );
+    assert!(store.renew_job(&alice, &queued.id, renewed).await.expect("renew"));
     assert!(
         store
             .claim_job(lease, lease + Duration::seconds(30), None)
             .await
             .expect("claim")
-            .is_some(),
-        "an expired lease frees it"
+            .is_none(),
+        "a renewed lease outlives the first"
+    );
+    let (_, reclaimed) = store
+        .claim_job(renewed, renewed + Duration::seconds(30), None)
+        .await
+        .expect("claim")
+        .expect("an expired lease frees it");
+    assert_eq!(
+        reclaimed.attempts, 1,
+        "the retry cleared the count and this claim counted one; renewing counted none"
+    );
+    assert!(
+        !store
+            .renew_job(&alice, "job_missing", renewed)
+            .await
+            .expect("renew a missing job"),
+        "a job that is gone is not renewed"
     );
 
     let retry_at = now + Duration::minutes(5);
