@@ -439,6 +439,40 @@ impl ClusterStore {
     }
 
     /// The document if it exists and belongs to the scope.
+    /// Changes a job of the scope by compare-and-set, read again after each conflict:
+    /// `change` edits its source, or answers `false` to leave it as it is. `false` when
+    /// the job is gone or was left as it was.
+    async fn change_job(
+        &self,
+        scope: &Scope,
+        job_id: &str,
+        change: impl Fn(&mut Value) -> bool,
+    ) -> Result<bool> {
+        self.ready()?;
+        for _ in 0..10 {
+            let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
+                return Ok(false);
+            };
+            let mut source = doc.source.clone();
+            if !change(&mut source) {
+                return Ok(false);
+            }
+            let answer = self
+                .write_if(
+                    "jobs",
+                    job_id,
+                    scope.tenant().as_str(),
+                    source,
+                    Some((doc.seq_no, doc.primary_term)),
+                )
+                .await?;
+            if answer.status != 409 {
+                return Ok(true);
+            }
+        }
+        Err(Error::Unavailable(format!("job {job_id}: too much contention")))
+    }
+
     async fn owned(&self, scope: &Scope, kind: &str, id: &str) -> Result<Option<Versioned>> {
         Ok(self
             .get(kind, id, scope.tenant().as_str())
@@ -2109,60 +2143,27 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn renew_job(&self, scope: &Scope, job_id: &str, until: DateTime<Utc>) -> Result<bool> {
-        self.ready()?;
-        let tenant = scope.tenant().as_str();
-        for _ in 0..10 {
-            let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
-                return Ok(false);
-            };
-            if doc.source.get("leased_until").is_none_or(Value::is_null) {
-                return Ok(false);
+        self.change_job(scope, job_id, |source| {
+            if source.get("leased_until").is_none_or(Value::is_null) {
+                return false;
             }
-            let mut source = doc.source.clone();
             source["leased_until"] = json!(docs::micros(until));
-            let answer = self
-                .write_if(
-                    "jobs",
-                    job_id,
-                    tenant,
-                    source,
-                    Some((doc.seq_no, doc.primary_term)),
-                )
-                .await?;
-            if answer.status != 409 {
-                return Ok(true);
-            }
-        }
-        Err(Error::Unavailable(format!("job {job_id}: too much contention")))
+            true
+        })
+        .await
     }
 
     async fn defer_job(&self, scope: &Scope, job_id: &str, run_after: DateTime<Utc>) -> Result<()> {
-        self.ready()?;
-        let tenant = scope.tenant().as_str();
-        for _ in 0..10 {
-            let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
-                return Ok(());
-            };
-            let mut source = doc.source.clone();
+        self.change_job(scope, job_id, |source| {
             source["attempts"] = json!(source["attempts"].as_u64().unwrap_or(0).saturating_sub(1));
             source["run_after"] = json!(docs::micros(run_after));
-            if let Value::Object(map) = &mut source {
+            if let Value::Object(map) = source {
                 map.remove("leased_until");
             }
-            let answer = self
-                .write_if(
-                    "jobs",
-                    job_id,
-                    tenant,
-                    source,
-                    Some((doc.seq_no, doc.primary_term)),
-                )
-                .await?;
-            if answer.status != 409 {
-                return Ok(());
-            }
-        }
-        Err(Error::Unavailable(format!("job {job_id}: too much contention")))
+            true
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn lease_scope_runs(
