@@ -50,10 +50,7 @@ impl Cairn {
         if count < 2 {
             return;
         }
-        let documents: Vec<String> = hits[..count]
-            .iter()
-            .map(|hit| document_text(&hit.memory))
-            .collect();
+        let documents: Vec<String> = hits[..count].iter().map(|hit| memory_text(&hit.memory)).collect();
         match reranker.rerank(query, documents).await {
             Ok(scores) if scores.len() == count && scores.iter().all(|score| score.is_finite()) => {
                 for (hit, score) in hits[..count].iter_mut().zip(scores) {
@@ -83,15 +80,6 @@ impl Cairn {
                 tracing::warn!(reranker = reranker.name(), error = %error, "reranker failed; keeping the fused order");
             }
         }
-    }
-}
-
-/// The text a reranker judges for a memory.
-fn document_text(memory: &Memory) -> String {
-    match memory {
-        Memory::Fact(fact) => fact.text.clone(),
-        Memory::Episode(episode) => episode.text.clone(),
-        Memory::Playbook(playbook) => playbook.searchable_text(),
     }
 }
 
@@ -379,13 +367,21 @@ impl Cairn {
             let mut memories: Vec<&mut Memory> = fused.iter_mut().map(|(memory, _)| memory).collect();
             self.store.apply_usage(scope, &mut memories).await?;
         }
-        let names = query_names(&query);
+        // Without a boost or a name in the query, no hit's text is read for names.
+        let names = if self.settings.name_boost == 0.0 {
+            Vec::new()
+        } else {
+            query_names(&query)
+        };
         let mut hits: Vec<RecallHit> = fused
             .into_iter()
             .map(|(memory, mut explanation)| {
                 explanation.prior = self.settings.priors.multiplier(&memory, as_of);
-                explanation.name_boost =
-                    name_multiplier(self.settings.name_boost, &names, &memory_text(&memory));
+                explanation.name_boost = if names.is_empty() {
+                    1.0
+                } else {
+                    name_multiplier(self.settings.name_boost, &names, &memory_text(&memory))
+                };
                 RecallHit {
                     status: match &memory {
                         Memory::Fact(fact) => fact.status_at(as_of).unwrap_or(FactStatus::Active),
