@@ -353,27 +353,7 @@ impl Cairn {
             return Ok(Some(JobRun::Deferred));
         };
         let _running = Running::note(&self.consolidator.running, &scope, &job.id);
-        // The job's lease is renewed while its run lives: a run longer than the lease is
-        // not handed to another worker, which would inherit this run's scope lease (its
-        // holder names the job, so a dead worker's job runs again at once elsewhere).
-        let renewer = {
-            let (store, scope, job_id) = (Arc::clone(&self.store), scope.clone(), job.id.clone());
-            let lease_length = settings.job_lease;
-            let every = (lease_length / 3)
-                .to_std()
-                .unwrap_or(std::time::Duration::from_secs(1))
-                .max(std::time::Duration::from_millis(100));
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    match store.renew_job(&scope, &job_id, now() + lease_length).await {
-                        Ok(true) => {}
-                        Ok(false) => return,
-                        Err(error) => tracing::warn!(error = %error, "renewing a job's lease failed"),
-                    }
-                }
-            })
-        };
+        let renewer = keep_job_leased(Arc::clone(&self.store), &scope, &job.id, settings.job_lease);
         let ran = self
             .consolidate_leased(&scope, &context, options, Some(&lease))
             .await;
@@ -1608,6 +1588,33 @@ fn new_fact(
         use_count: 0,
         embedding,
     }
+}
+
+/// Renews a job's lease every third of its length until aborted (or until the job is
+/// gone or no longer leased): a run longer than the lease is not handed to another
+/// worker, which would inherit the run's scope lease (its holder names the job, so a
+/// dead worker's job runs again at once elsewhere).
+fn keep_job_leased(
+    store: Arc<dyn cairn_core::MemoryStore>,
+    scope: &Scope,
+    job_id: &str,
+    lease_length: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let (scope, job_id) = (scope.clone(), job_id.to_owned());
+    let every = (lease_length / 3)
+        .to_std()
+        .unwrap_or(std::time::Duration::from_secs(1))
+        .max(std::time::Duration::from_millis(100));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            match store.renew_job(&scope, &job_id, now() + lease_length).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(error) => tracing::warn!(error = %error, "renewing a job's lease failed"),
+            }
+        }
+    })
 }
 
 /// A job noted as running in this process for as long as its run lasts.
