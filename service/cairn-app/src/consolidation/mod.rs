@@ -521,9 +521,12 @@ impl Cairn {
             self.require_budget(scope).await?;
         }
         let lock = self.consolidator.lock_for(scope)?;
-        let _guard = lock.exclusive.lock().await;
         lock.check_not_erasing()?;
         let run_id = new_id("run");
+        // The lease on the scope's runs first, then this process's lock: the order the
+        // background worker takes them in too. Taken the other way round, a request
+        // waiting for the lease while holding the lock would wait out `RUNS_WAIT` for a
+        // worker of this process that holds the lease and waits for the lock.
         let own_lease = match held {
             Some(_) => None,
             None => Some(
@@ -538,6 +541,8 @@ impl Cairn {
                     })?,
             ),
         };
+        let _guard = lock.exclusive.lock().await;
+        lock.check_not_erasing()?;
         let ran = self.run_batches(scope, context, options, &lock, run_id).await;
         if let Some(lease) = own_lease {
             lease.release().await;

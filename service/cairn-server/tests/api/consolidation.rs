@@ -1307,6 +1307,70 @@ async fn concurrent_runs_of_one_user_never_double_a_batch() {
     );
 }
 
+/// A worker of this process takes a user's lease on runs while an explicit run of the
+/// same user waits for that lease: the explicit run waits for the worker's run and then
+/// runs, instead of holding the process's lock against the worker until it gives up
+/// (409 after `RUNS_WAIT`, the worker stuck behind it all that time).
+#[actix_web::test]
+async fn an_explicit_run_waiting_for_the_lease_does_not_hold_up_the_worker() {
+    use cairn_core::MemoryStore;
+    let harness = harness_with(|config| config.consolidation_settle_ms = 0).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    ingest_said!(service, &owner, "lea", ["I live in Nantes"], "async");
+    // Another process holds the user's runs for now.
+    let outside = cairn_store_sqlite::SqliteStore::open_beside_service(harness._directory.path())
+        .expect("a second handle on the store");
+    let scope = super::scope_of("acme", "lea");
+    let at = chrono::Utc::now();
+    assert!(
+        outside
+            .lease_scope_runs(&scope, "outside", at, at + chrono::Duration::seconds(60))
+            .await
+            .expect("lease")
+    );
+    let explicit = call(
+        service,
+        Method::POST,
+        "/v1/users/lea/consolidate",
+        Some(&owner),
+        None,
+    );
+    let worker = async {
+        // The explicit run is waiting for the lease by now; the other process lets go
+        // and this process's worker takes the lease at once.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        outside
+            .release_scope_runs(&scope, "outside")
+            .await
+            .expect("release");
+        loop {
+            if let Some(run) = harness.state.cairn.run_due_job().await.expect("run") {
+                break run;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let ((status, body, _), run) = futures_util::join!(explicit, worker);
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the explicit run ran after the worker's: {body}"
+    );
+    let read = match &run {
+        cairn_app::JobRun::Done(outcome) => outcome.episodes_read,
+        // The explicit run's poll took the lease first (rarely): the job waits for it.
+        cairn_app::JobRun::Deferred => 0,
+        other => panic!("the worker ran its job: {other:?}"),
+    };
+    assert_eq!(
+        read as u64 + body["episodes_read"].as_u64().unwrap_or(99),
+        1,
+        "one run read the episode: {run:?} {body}"
+    );
+    assert_eq!(facts!(service, &owner, "lea").len(), 1);
+}
+
 #[actix_web::test]
 async fn a_described_procedure_becomes_a_playbook() {
     let harness = harness_with(|_| {}).await;
