@@ -86,13 +86,22 @@ JARS = {
 }
 
 # How each model pools its token vectors and what it wants before a text (its model
-# card's usage).
+# card's usage), and the lines that carry its cosines onto the reference scale the
+# thresholds by meaning are written in, all-MiniLM-L6-v2's: `reference = offset + slope
+# × cosine`, for statements against statements and for queries against what they
+# search. Measured with `cargo run --release -p cairn-evals --bin cosines -- <model>`
+# (quantiles matched on the development scenarios and LoCoMo conversations 1-3; the
+# held-out ones are printed beside them).
 DESCRIPTORS = {
     "all-minilm-l6-v2": {"pooling": "mean", "query_prefix": "", "passage_prefix": ""},
     "bge-small-en-v1.5": {"pooling": "cls",
                           "query_prefix": "Represent this sentence for searching relevant passages: ",
-                          "passage_prefix": ""},
-    "e5-small-v2": {"pooling": "mean", "query_prefix": "query: ", "passage_prefix": "passage: "},
+                          "passage_prefix": "",
+                          "similarity": {"statements": {"offset": -0.9098, "slope": 1.9256},
+                                         "queries": {"offset": -0.5957, "slope": 1.7112}}},
+    "e5-small-v2": {"pooling": "mean", "query_prefix": "query: ", "passage_prefix": "passage: ",
+                    "similarity": {"statements": {"offset": -2.6544, "slope": 3.7465},
+                                   "queries": {"offset": -2.7701, "slope": 3.9739}}},
 }
 
 

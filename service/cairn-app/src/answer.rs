@@ -1,8 +1,9 @@
 //! Answers from memory alone, with the memories that support them, or "not known".
 //!
 //! Offline, the answer is extractive: recall the current memories, and when the best
-//! is close enough in meaning to the question (the cosine of the vector leg, at least
-//! `Settings::answer_min_similarity`, calibrated on LoCoMo by `evals/run --answer`),
+//! is close enough in meaning to the question (the cosine of the vector leg on the
+//! reference scale of the thresholds by meaning, `cairn_core::SimilarityScale`, at
+//! least `Settings::answer_min_similarity`, calibrated on LoCoMo by `evals/run --answer`),
 //! answer with its best sentence and cite it and the other memories above the bar.
 //! Below the bar, `known` is false and nothing is cited: the memories do not say.
 //! A question that names someone ("What did Melanie paint?") is answered only from
@@ -16,7 +17,7 @@
 
 use crate::recall::memory_text;
 use crate::{Cairn, RecallHit, RecallRequest};
-use cairn_core::{Answerer, Memory, Result, Scope, ShownMemory, Tier};
+use cairn_core::{Answerer, Memory, Result, Scope, ShownMemory, SimilarityScale, Tier};
 use cairn_offline::language;
 use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
@@ -45,8 +46,8 @@ pub struct Answer {
     pub known: bool,
     /// Ids of the memories that support the answer, best first.
     pub citations: Vec<String>,
-    /// The best similarity (cosine) to the question of a memory that names someone the
-    /// question names, which decided `known`.
+    /// The best similarity (cosine, on the reference scale) to the question of a memory
+    /// that names someone the question names, which decided `known`.
     pub support: f64,
 }
 
@@ -69,12 +70,22 @@ fn time_of(memory: &Memory) -> DateTime<Utc> {
     }
 }
 
-/// The best memory's cosine to the question (0 without a vector leg).
-fn similarity(hit: &RecallHit) -> f64 {
-    hit.explanation
-        .as_ref()
-        .and_then(|explanation| explanation.knn_similarity)
-        .unwrap_or(0.0)
+/// What a memory must reach to support an answer: `threshold`, a cosine to the question
+/// on the reference scale, which `scale` carries the model's cosines onto.
+#[derive(Clone, Copy)]
+struct Bar {
+    threshold: f64,
+    scale: SimilarityScale,
+}
+
+impl Bar {
+    /// A memory's cosine to the question on the reference scale (0 without a vector leg).
+    fn similarity(&self, hit: &RecallHit) -> f64 {
+        hit.explanation
+            .as_ref()
+            .and_then(|explanation| explanation.knn_similarity)
+            .map_or(0.0, |cosine| f64::from(self.scale.queries.apply(cosine as f32)))
+    }
 }
 
 impl Cairn {
@@ -92,12 +103,15 @@ impl Cairn {
         recall.as_of = request.as_of;
         recall.explain = true;
         let result = self.recall(scope, recall).await?;
+        let bar = Bar {
+            threshold: self.settings.answer_min_similarity,
+            scale: self.similarity_scale(),
+        };
         if let Some(answerer) = &self.answerer {
-            return composed(answerer.as_ref(), &query, &result.hits).await;
+            return composed(answerer.as_ref(), &query, &result.hits, bar).await;
         }
-        let threshold = self.settings.answer_min_similarity;
         let asked = language::names(&query);
-        let answer = extractive(&query, &result.hits, threshold, &asked);
+        let answer = extractive(&query, &result.hits, bar, &asked);
         if answer.known || asked.is_empty() {
             return Ok(answer);
         }
@@ -109,7 +123,7 @@ impl Cairn {
             return Ok(answer);
         }
         let others: HashSet<String> = asked.difference(&own).cloned().collect();
-        Ok(extractive(&query, &result.hits, threshold, &others))
+        Ok(extractive(&query, &result.hits, bar, &others))
     }
 
     /// The names (lower-cased) that current facts of the scope in the user's name slot
@@ -147,8 +161,8 @@ impl Cairn {
 }
 
 /// An answer written by `answerer` from `hits` alone, cited by the aliases it was shown.
-async fn composed(answerer: &dyn Answerer, question: &str, hits: &[RecallHit]) -> Result<Answer> {
-    let support = hits.iter().map(similarity).fold(0.0, f64::max);
+async fn composed(answerer: &dyn Answerer, question: &str, hits: &[RecallHit], bar: Bar) -> Result<Answer> {
+    let support = hits.iter().map(|hit| bar.similarity(hit)).fold(0.0, f64::max);
     if hits.is_empty() {
         return Ok(Answer::unknown(support));
     }
@@ -264,24 +278,24 @@ fn addressed(text: &str) -> HashSet<String> {
 /// The best supporting sentence of the recalled memories that name someone the
 /// question names (`asked`), when the best of them is close enough in meaning to the
 /// question.
-fn extractive(query: &str, hits: &[RecallHit], threshold: f64, asked: &HashSet<String>) -> Answer {
+fn extractive(query: &str, hits: &[RecallHit], bar: Bar, asked: &HashSet<String>) -> Answer {
     let hits: Vec<&RecallHit> = hits.iter().filter(|hit| names_one(&hit.memory, asked)).collect();
     // The best supported hit among the top ones (fusion may rank a lexical match first).
     let Some((support, chosen)) = hits
         .iter()
         .copied()
-        .map(|hit| (similarity(hit), hit))
+        .map(|hit| (bar.similarity(hit), hit))
         .reduce(|kept, next| if next.0 > kept.0 { next } else { kept })
     else {
         return Answer::unknown(0.0);
     };
-    if support < threshold {
+    if support < bar.threshold {
         return Answer::unknown(support);
     }
     let mut citations = vec![chosen.memory.id().to_owned()];
     citations.extend(
         hits.iter()
-            .filter(|hit| hit.memory.id() != chosen.memory.id() && similarity(hit) >= threshold)
+            .filter(|hit| hit.memory.id() != chosen.memory.id() && bar.similarity(hit) >= bar.threshold)
             .map(|hit| hit.memory.id().to_owned())
             .take(MAX_CITATIONS - 1),
     );

@@ -8,7 +8,8 @@
 use crate::facts::Contradiction;
 use cairn_core::text::{fingerprint, tokens};
 use cairn_core::{
-    Change, Edge, EdgeKind, Episode, Fact, ShownFact, Tombstone, TombstoneReason, Verdict, cosine, new_id,
+    Change, Edge, EdgeKind, Episode, Fact, ShownFact, SimilarityScale, Tombstone, TombstoneReason, Verdict,
+    new_id,
 };
 use cairn_offline::language;
 use chrono::{DateTime, Utc};
@@ -98,14 +99,16 @@ pub(crate) struct Retracted {
 }
 
 /// Gate 2, tombstones: the unlifted tombstone a candidate matches, by its fingerprint
-/// or, for a retracted fact, by meaning (cosine at least `similarity`, and the same
-/// slot or subject). Tombstones in `lifted` were lifted earlier in the same run.
+/// or, for a retracted fact, by meaning (cosine at least `similarity` on the reference
+/// scale `scale` carries the model's cosines onto, and the same slot or subject).
+/// Tombstones in `lifted` were lifted earlier in the same run.
 pub(crate) fn matching_tombstone<'a>(
     retracted: &'a [Retracted],
     lifted: &HashSet<String>,
     text: &str,
     vector: Option<&[f32]>,
     similarity: f32,
+    scale: SimilarityScale,
 ) -> Option<&'a Retracted> {
     let value = fingerprint(text);
     retracted.iter().find(|candidate| {
@@ -114,7 +117,7 @@ pub(crate) fn matching_tombstone<'a>(
             && (candidate.tombstone.fingerprint == value
                 || candidate.fact.as_ref().is_some_and(|fact| {
                     let close = match (vector, &fact.embedding) {
-                        (Some(new), Some(old)) => cosine(new, old) >= similarity,
+                        (Some(new), Some(old)) => scale.statements(new, old) >= similarity,
                         _ => false,
                     };
                     close
@@ -337,10 +340,20 @@ mod tests {
         }];
         let none = HashSet::new();
         let text = "the user is ALLERGIC to peanuts!";
-        assert!(matching_tombstone(&values, &none, text, None, 0.9).is_some());
-        assert!(matching_tombstone(&values, &none, "The user likes tea", None, 0.9).is_none());
+        assert!(matching_tombstone(&values, &none, text, None, 0.9, SimilarityScale::REFERENCE).is_some());
+        assert!(
+            matching_tombstone(
+                &values,
+                &none,
+                "The user likes tea",
+                None,
+                0.9,
+                SimilarityScale::REFERENCE
+            )
+            .is_none()
+        );
         let lifted: HashSet<String> = [tombstone.id.clone()].into();
-        assert!(matching_tombstone(&values, &lifted, text, None, 0.9).is_none());
+        assert!(matching_tombstone(&values, &lifted, text, None, 0.9, SimilarityScale::REFERENCE).is_none());
         let old = Episode {
             id: "e1".into(),
             session_id: None,

@@ -189,6 +189,16 @@ impl Cairn {
         self
     }
 
+    /// How the embedder's cosines read on the reference scale of the thresholds by
+    /// meaning (the reference scale itself without an embedder).
+    pub(crate) fn similarity_scale(&self) -> cairn_core::SimilarityScale {
+        self.embedder
+            .as_ref()
+            .map_or(cairn_core::SimilarityScale::REFERENCE, |embedder| {
+                embedder.similarity_scale()
+            })
+    }
+
     /// Checks the store's vectors were made by this embedder, recording it on first use.
     pub async fn claim_embedding_space(&self) -> Result<()> {
         match &self.embedder {

@@ -19,6 +19,57 @@ pub trait Embedder: Send + Sync + 'static {
     async fn embed_queries(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
         self.embed(texts).await
     }
+
+    /// How this model's cosines read on the reference scale the service's thresholds
+    /// by meaning are written in (see [`SimilarityScale`]).
+    fn similarity_scale(&self) -> SimilarityScale {
+        SimilarityScale::REFERENCE
+    }
+}
+
+/// A line `offset + slope × cosine` that carries one model's cosine onto the
+/// reference scale, clamped to [-1, 1].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CosineLine {
+    pub offset: f32,
+    pub slope: f32,
+}
+
+impl CosineLine {
+    pub const IDENTITY: CosineLine = CosineLine {
+        offset: 0.0,
+        slope: 1.0,
+    };
+
+    /// `cosine` on the reference scale.
+    pub fn apply(self, cosine: f32) -> f32 {
+        (self.offset + self.slope * cosine).clamp(-1.0, 1.0)
+    }
+}
+
+/// The thresholds by meaning (the consolidation's tombstone and slot gates, the
+/// offline judge, the answer's known-or-not) are cosines of all-MiniLM-L6-v2, the
+/// reference scale. Models spread their cosines differently (e5-small-v2 puts
+/// unrelated statements near 0.76, MiniLM near 0.2), so each model's cosines are
+/// carried onto the reference scale by lines measured for it (`evals/src/cosines.rs`
+/// fits them by matching quantiles): one for statements compared with statements,
+/// one for a search query compared with what it searches.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SimilarityScale {
+    pub statements: CosineLine,
+    pub queries: CosineLine,
+}
+
+impl SimilarityScale {
+    pub const REFERENCE: SimilarityScale = SimilarityScale {
+        statements: CosineLine::IDENTITY,
+        queries: CosineLine::IDENTITY,
+    };
+
+    /// The cosine of two stored statements, on the reference scale.
+    pub fn statements(&self, left: &[f32], right: &[f32]) -> f32 {
+        self.statements.apply(cosine(left, right))
+    }
 }
 
 /// Cosine similarity of two unit vectors (their dot product). Eight independent

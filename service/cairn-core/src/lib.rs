@@ -21,7 +21,7 @@ pub use consolidate::{
     Answerer, CandidateFact, CandidatePlaybook, ComposedAnswer, Extraction, ExtractionInput, Extractor,
     Judge, Judgement, ShownFact, ShownMemory, Usage, Verdict,
 };
-pub use embed::{Embedder, cosine};
+pub use embed::{CosineLine, Embedder, SimilarityScale, cosine};
 pub use error::{Error, ErrorCode, Result};
 pub use ids::new_id;
 pub use limits::{RateGrant, RateQuota, TenantLimits};

@@ -10,7 +10,7 @@
 pub mod llm;
 
 use async_trait::async_trait;
-use cairn_core::{Embedder, Error, Result};
+use cairn_core::{CosineLine, Embedder, Error, Result, SimilarityScale};
 use ort::environment::Environment;
 use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
@@ -33,13 +33,28 @@ pub enum Pooling {
 /// What a model needs beyond its weights, read from `cairn-model.json` in its
 /// directory (written by provisioning); a directory without one is a mean-pooled model
 /// that takes texts as they are.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ModelDescriptor {
     pub pooling: Pooling,
     /// Put before every search query (an instruction, `query: `).
     pub query_prefix: String,
     /// Put before every text that is stored and searched for (`passage: `).
     pub passage_prefix: String,
+    /// How the model's cosines read on the reference scale of the thresholds by meaning
+    /// (`"similarity": {"statements": {"offset": …, "slope": …}, "queries": {…}}`);
+    /// the reference scale itself when absent.
+    pub similarity: SimilarityScale,
+}
+
+impl Default for ModelDescriptor {
+    fn default() -> Self {
+        ModelDescriptor {
+            pooling: Pooling::default(),
+            query_prefix: String::new(),
+            passage_prefix: String::new(),
+            similarity: SimilarityScale::REFERENCE,
+        }
+    }
 }
 
 impl ModelDescriptor {
@@ -58,10 +73,31 @@ impl ModelDescriptor {
             other => return Err(bad(format!("unknown pooling {other:?} (mean or cls)"))),
         };
         let text_of = |field: &str| value[field].as_str().unwrap_or_default().to_owned();
+        let line_of = |kind: &str| -> Result<CosineLine> {
+            let line = &value["similarity"][kind];
+            if line.is_null() {
+                return Ok(CosineLine::IDENTITY);
+            }
+            match (line["offset"].as_f64(), line["slope"].as_f64()) {
+                (Some(offset), Some(slope)) if slope > 0.0 && offset.is_finite() && slope.is_finite() => {
+                    Ok(CosineLine {
+                        offset: offset as f32,
+                        slope: slope as f32,
+                    })
+                }
+                _ => Err(bad(format!(
+                    "similarity.{kind} needs a finite offset and a positive slope"
+                ))),
+            }
+        };
         Ok(ModelDescriptor {
             pooling,
             query_prefix: text_of("query_prefix"),
             passage_prefix: text_of("passage_prefix"),
+            similarity: SimilarityScale {
+                statements: line_of("statements")?,
+                queries: line_of("queries")?,
+            },
         })
     }
 }
@@ -421,6 +457,10 @@ impl Model {
 impl Embedder for OnnxEmbedder {
     fn model_id(&self) -> &str {
         &self.model_id
+    }
+
+    fn similarity_scale(&self) -> SimilarityScale {
+        self.descriptor.similarity
     }
 
     fn dimension(&self) -> usize {

@@ -214,6 +214,21 @@ async fn the_other_models_embed_by_their_descriptors() {
         }
         let (answer, noise) = (cosine(&asked[0], &stored[0]), cosine(&asked[0], &stored[1]));
         assert!(answer > noise + 0.1, "{model}: answer {answer} vs noise {noise}");
+        // On the reference scale of the thresholds, unrelated texts read as unrelated
+        // (raw, e5 puts them near 0.76), and the order is kept.
+        let scale = embedder.similarity_scale();
+        assert_ne!(
+            scale,
+            cairn_core::SimilarityScale::REFERENCE,
+            "{model}: its lines are provisioned"
+        );
+        let (answer, noise) = (scale.queries.apply(answer), scale.queries.apply(noise));
+        assert!(
+            noise < 0.3 && answer > noise + 0.2,
+            "{model}: answer {answer} vs noise {noise}"
+        );
+        let unrelated = scale.statements(&stored[0], &stored[1]);
+        assert!(unrelated < 0.3, "{model}: unrelated statements read {unrelated}");
         assert!(
             cosine(&asked[1], &stored[0]) < 0.9999,
             "{model}: a query is marked as one (its prefix)"
@@ -250,4 +265,36 @@ async fn the_other_models_embed_by_their_descriptors() {
         cosine(&cls[0], &mean[0]) < 0.999,
         "the descriptor's pooling is used"
     );
+}
+
+/// A descriptor's similarity lines: absent, the reference scale; present, read as
+/// written; a line that would reverse or flatten the order of cosines is refused with
+/// the file named.
+#[test]
+fn a_descriptor_reads_its_similarity_lines_and_refuses_bad_ones() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("cairn-model.json");
+    std::fs::write(&path, r#"{"pooling": "mean"}"#).expect("write");
+    let plain = cairn_inference::ModelDescriptor::read(dir.path()).expect("descriptor");
+    assert_eq!(plain.similarity, cairn_core::SimilarityScale::REFERENCE);
+
+    std::fs::write(
+        &path,
+        r#"{"pooling": "mean", "similarity": {"statements": {"offset": -2.5, "slope": 3.5},
+            "queries": {"offset": -2.0, "slope": 3.0}}}"#,
+    )
+    .expect("write");
+    let lines = cairn_inference::ModelDescriptor::read(dir.path()).expect("descriptor");
+    assert!((lines.similarity.statements.apply(0.8) - 0.3).abs() < 1e-6);
+    assert!((lines.similarity.queries.apply(0.8) - 0.4).abs() < 1e-6);
+    assert_eq!(lines.similarity.queries.apply(1.0), 1.0, "clamped");
+
+    for bad in [
+        r#"{"similarity": {"statements": {"offset": 0.1, "slope": -1.0}}}"#,
+        r#"{"similarity": {"queries": {"offset": 0.1}}}"#,
+    ] {
+        std::fs::write(&path, bad).expect("write");
+        let error = cairn_inference::ModelDescriptor::read(dir.path()).expect_err(bad);
+        assert!(error.to_string().contains("cairn-model.json"), "{error}");
+    }
 }

@@ -4,13 +4,14 @@
 //! "on a Vodafone contract" are both the user's mobile provider; "I commute by bike
 //! now" and "I drive a Civic to work" are both how the user gets to work).
 //!
-//! A statement is in a slot when its cosine to the slot's closest prototype is at least
-//! [`IN_SLOT`] and beats every other slot's by [`MARGIN`]. Only attributes that hold one
+//! A statement is in a slot when its cosine to the slot's closest prototype (on the
+//! reference scale, `cairn_core::SimilarityScale`) is at least [`IN_SLOT`] and beats
+//! every other slot's by [`MARGIN`]. Only attributes that hold one
 //! value at a time are slots: hobbies, allergies, likes or languages spoken can be
 //! several at once. They are described too, so that a statement closest to one of them
 //! is in no slot; the rest is left to the rules.
 
-use cairn_core::{Embedder, Result, cosine};
+use cairn_core::{Embedder, Result, SimilarityScale};
 use std::sync::{Arc, OnceLock};
 
 /// Single-valued attributes, each with prototype statements in the form facts take.
@@ -270,27 +271,64 @@ impl SlotMeaning {
             .embedder
             .embed(texts.iter().map(|text| (*text).to_owned()).collect())
             .await?;
-        Ok(vectors.iter().map(|vector| slot_of(vector, prototypes)).collect())
+        let scale = self.embedder.similarity_scale();
+        Ok(vectors
+            .iter()
+            .map(|vector| slot_of(vector, prototypes, scale))
+            .collect())
     }
 }
 
 impl SlotMeaning {
+    /// Every attribute with the statement's cosine (on the reference scale) to its
+    /// closest prototype, closest first: what [`SlotMeaning::slots`] decides on, shown
+    /// for the evaluation of a model.
+    pub async fn closeness(&self, text: &str) -> Result<Vec<(&'static str, f32)>> {
+        let prototypes = self.prototypes().await?;
+        let scale = self.embedder.similarity_scale();
+        let vectors = self.embedder.embed(vec![text.to_owned()]).await?;
+        let Some(vector) = vectors.first() else {
+            return Ok(Vec::new());
+        };
+        let mut scored: Vec<(&'static str, f32)> = prototypes
+            .iter()
+            .map(|(name, _, examples)| {
+                let best = examples
+                    .iter()
+                    .map(|example| scale.statements(vector, example))
+                    .fold(f32::MIN, f32::max);
+                (*name, best)
+            })
+            .collect();
+        scored.sort_by(|left, right| right.1.total_cmp(&left.1));
+        Ok(scored)
+    }
+
     /// The slot of a statement already embedded with this model (a stored fact's
     /// vector), or `None` where no slot is clearly its own.
     pub async fn slot_of_vector(&self, vector: &[f32]) -> Result<Option<&'static str>> {
-        Ok(slot_of(vector, self.prototypes().await?))
+        Ok(slot_of(
+            vector,
+            self.prototypes().await?,
+            self.embedder.similarity_scale(),
+        ))
     }
 }
 
 /// The single-valued slot a statement's vector is clearly in: closest to it by
-/// [`MARGIN`] over every other attribute, several-valued ones included.
-fn slot_of(vector: &[f32], prototypes: &[(&'static str, bool, Vec<Vec<f32>>)]) -> Option<&'static str> {
+/// [`MARGIN`] over every other attribute, several-valued ones included, the cosines read
+/// on the reference scale `scale` carries the model's onto.
+fn slot_of(
+    vector: &[f32],
+    prototypes: &[(&'static str, bool, Vec<Vec<f32>>)],
+    scale: SimilarityScale,
+) -> Option<&'static str> {
     let mut scored: Vec<(f32, &'static str, bool)> = prototypes
         .iter()
         .map(|(name, single, examples)| {
             let best = examples
                 .iter()
-                .map(|example| cosine(vector, example))
+                .map(|example| scale.statements(vector, example))
                 .fold(f32::MIN, f32::max);
             (best, *name, *single)
         })
@@ -314,12 +352,24 @@ mod tests {
             ("employer", true, vec![vec![0.0, 1.0, 0.0, 0.0]]),
             ("hobbies", false, vec![vec![0.0, 0.0, 0.0, 1.0]]),
         ];
-        assert_eq!(slot_of(&[0.9, 0.1, 0.0, 0.0], &prototypes), Some("home"));
+        assert_eq!(
+            slot_of(&[0.9, 0.1, 0.0, 0.0], &prototypes, SimilarityScale::REFERENCE),
+            Some("home")
+        );
         // Close to both.
-        assert_eq!(slot_of(&[0.7, 0.7, 0.0, 0.0], &prototypes), None);
+        assert_eq!(
+            slot_of(&[0.7, 0.7, 0.0, 0.0], &prototypes, SimilarityScale::REFERENCE),
+            None
+        );
         // Close to neither.
-        assert_eq!(slot_of(&[0.1, 0.1, 0.99, 0.0], &prototypes), None);
+        assert_eq!(
+            slot_of(&[0.1, 0.1, 0.99, 0.0], &prototypes, SimilarityScale::REFERENCE),
+            None
+        );
         // Closest to an attribute that holds several values.
-        assert_eq!(slot_of(&[0.3, 0.0, 0.0, 0.95], &prototypes), None);
+        assert_eq!(
+            slot_of(&[0.3, 0.0, 0.0, 0.95], &prototypes, SimilarityScale::REFERENCE),
+            None
+        );
     }
 }

@@ -13,7 +13,7 @@ use cairn_core::text::fingerprint;
 use cairn_core::{
     AuditEvent, CandidateFact, Change, ChangeSet, ConsolidationJob, Decision, DecisionKind, Episode, Error,
     ExtractionInput, Extractor, Fact, FactStatus, Judge, Result, ReviewKind, ReviewStatus, Scope,
-    SearchFilter, ShownFact, TextQuery, Tier, TombstoneReason, Usage, VectorQuery, cosine, new_id,
+    SearchFilter, ShownFact, SimilarityScale, TextQuery, Tier, TombstoneReason, Usage, VectorQuery, new_id,
 };
 use chrono::{DateTime, Duration, Utc};
 use std::collections::{HashMap, HashSet};
@@ -975,6 +975,7 @@ impl Cairn {
             &candidate.text,
             vector,
             settings.tombstone_similarity,
+            self.similarity_scale(),
         ) {
             let tombstone = &value.tombstone;
             let restatement = candidate
@@ -1075,7 +1076,13 @@ impl Cairn {
         }
 
         // Gate 4: the judge, over the nearest current facts, its verdict resolved once.
-        let shown = shown_facts(working, &candidate.text, vector, settings.judge_shown);
+        let shown = shown_facts(
+            working,
+            &candidate.text,
+            vector,
+            self.similarity_scale(),
+            settings.judge_shown,
+        );
         let (outcome, reason) = if shown.is_empty() {
             (
                 gates::Outcome::New,
@@ -1531,13 +1538,20 @@ fn collect_facts(found: &mut HashMap<String, Fact>, hits: Vec<cairn_core::TextHi
     }
 }
 
-/// The `limit` current facts nearest the candidate, under aliases m1, m2, ...
-fn shown_facts(working: &WorkingSet, text: &str, vector: Option<&[f32]>, limit: usize) -> Vec<ShownFact> {
+/// The `limit` current facts nearest the candidate, under aliases m1, m2, ..., with
+/// their similarity on the reference scale of the judge's thresholds.
+fn shown_facts(
+    working: &WorkingSet,
+    text: &str,
+    vector: Option<&[f32]>,
+    scale: SimilarityScale,
+    limit: usize,
+) -> Vec<ShownFact> {
     let mut scored: Vec<(f32, &Fact)> = working
         .current()
         .map(|fact| {
             let similarity = match (vector, &fact.embedding) {
-                (Some(candidate), Some(existing)) => cosine(candidate, existing),
+                (Some(candidate), Some(existing)) => scale.statements(candidate, existing),
                 _ => language::jaccard(text, &fact.text) as f32,
             };
             (similarity, fact)
