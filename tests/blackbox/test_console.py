@@ -16,7 +16,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "src" / "console"
 SCRIPT_TEXT = "<script>window.__pwned = 1</script> likes jazz"
 IMAGE_TEXT = '<img src=x onerror="window.__pwned = 2"> owns a boat'
 

@@ -1,4 +1,4 @@
-"""The README walk-through against the real binary: ingest, write, supersede, recall, retract, erase."""
+"""The getting-started walk-through (docs/src/getting-started.md) against the real binary: ingest, write, supersede, recall, retract, erase."""
 
 
 def test_walkthrough(server):

@@ -2,7 +2,7 @@
 //! use-case functions the REST handlers call, with the real embedding model. Prints
 //! figures; asserts nothing.
 //!
-//! Run with `cargo bench -p cairn-server --bench recall` (see README). Sizes can be
+//! Run with `cargo bench -p cairn-server --bench recall` (see docs/src/results/benchmarks.md). Sizes can be
 //! narrowed with arguments, e.g. `-- 1000 10000`.
 
 use cairn_app::{

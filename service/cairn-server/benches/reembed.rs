@@ -2,7 +2,7 @@
 //! all-MiniLM-L6-v2 vectors, then the real binary moves them to e5-small-v2. Prints the
 //! time, the rate and the command's peak RSS; asserts nothing.
 //!
-//! Run with `cargo bench -p cairn-server --bench reembed -- 10000 100000` (see README).
+//! Run with `cargo bench -p cairn-server --bench reembed -- 10000 100000` (see docs/src/evaluation/embedding-models.md).
 
 use cairn_core::{Embedder, MemoryStore};
 use cairn_inference::OnnxEmbedder;

@@ -9,7 +9,7 @@
 //! replica shares). Prints figures; asserts nothing.
 //!
 //! Run with `cargo bench -p cairn-server --bench rest -- [FACTS] [--cluster URL]...
-//! [--rate-limit N]` (see README; `--cluster` once per cluster). The scope under test holds FACTS facts
+//! [--rate-limit N]` (see docs/src/results/benchmarks.md; `--cluster` once per cluster). The scope under test holds FACTS facts
 //! (default 2000), and 20 other users of the tenant 100 each.
 //!
 //! Then the review queue: a second tenant whose policy (from the config file, the way an

@@ -294,7 +294,7 @@ fn embedded_only(config: &Config, command: &str) -> anyhow::Result<()> {
         Backend::Embedded => Ok(()),
         Backend::Opensearch | Backend::Elasticsearch => anyhow::bail!(
             "`cairn {command}` works on the embedded store; back up a search cluster with its \
-             snapshot API (see the README)"
+             snapshot API (see docs/src/operators/backup.md)"
         ),
     }
 }

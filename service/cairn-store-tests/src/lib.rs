@@ -76,13 +76,34 @@ macro_rules! conformance_suite {
     };
 }
 
-/// Every word of the project's own prose and evaluation scenarios, plus the classic
-/// examples of each Porter rule, lower-cased and sorted: the vocabulary on which each
-/// backend's index must stem words as scoring does (`cairn_core::porter`).
+/// Every word of the project's own prose (README, ARCHITECTURE and the book) and
+/// evaluation scenarios, plus the classic examples of each Porter rule, lower-cased and
+/// sorted: the vocabulary on which each backend's index must stem words as scoring does
+/// (`cairn_core::porter`).
 pub fn vocabulary() -> Vec<String> {
     let corpus = [
         include_str!("../../../README.md"),
         include_str!("../../../ARCHITECTURE.md"),
+        include_str!("../../../docs/src/concepts/consolidation.md"),
+        include_str!("../../../docs/src/concepts/memory-model.md"),
+        include_str!("../../../docs/src/evaluation/embedding-models.md"),
+        include_str!("../../../docs/src/evaluation/index.md"),
+        include_str!("../../../docs/src/getting-started.md"),
+        include_str!("../../../docs/src/guides/clients.md"),
+        include_str!("../../../docs/src/guides/console.md"),
+        include_str!("../../../docs/src/guides/mcp.md"),
+        include_str!("../../../docs/src/guides/review.md"),
+        include_str!("../../../docs/src/introduction.md"),
+        include_str!("../../../docs/src/operators/backup.md"),
+        include_str!("../../../docs/src/operators/export-import.md"),
+        include_str!("../../../docs/src/operators/helm.md"),
+        include_str!("../../../docs/src/operators/image.md"),
+        include_str!("../../../docs/src/operators/observability.md"),
+        include_str!("../../../docs/src/operators/replicas.md"),
+        include_str!("../../../docs/src/operators/search-cluster.md"),
+        include_str!("../../../docs/src/reference/cli.md"),
+        include_str!("../../../docs/src/reference/configuration.md"),
+        include_str!("../../../docs/src/results/benchmarks.md"),
         include_str!("../../../evals/scenarios/scenarios.json"),
         include_str!("../../../evals/scenarios/holdout.json"),
         "possibility generalizations relational conditional archaeology hopefulness \
