@@ -285,23 +285,14 @@ impl SlotMeaning {
     /// for the evaluation of a model.
     pub async fn closeness(&self, text: &str) -> Result<Vec<(&'static str, f32)>> {
         let prototypes = self.prototypes().await?;
-        let scale = self.embedder.similarity_scale();
         let vectors = self.embedder.embed(vec![text.to_owned()]).await?;
         let Some(vector) = vectors.first() else {
             return Ok(Vec::new());
         };
-        let mut scored: Vec<(&'static str, f32)> = prototypes
-            .iter()
-            .map(|(name, _, examples)| {
-                let best = examples
-                    .iter()
-                    .map(|example| scale.statements(vector, example))
-                    .fold(f32::MIN, f32::max);
-                (*name, best)
-            })
-            .collect();
-        scored.sort_by(|left, right| right.1.total_cmp(&left.1));
-        Ok(scored)
+        Ok(closest(vector, prototypes, self.embedder.similarity_scale())
+            .into_iter()
+            .map(|(best, name, _)| (name, best))
+            .collect())
     }
 
     /// The slot of a statement already embedded with this model (a stored fact's
@@ -315,14 +306,14 @@ impl SlotMeaning {
     }
 }
 
-/// The single-valued slot a statement's vector is clearly in: closest to it by
-/// [`MARGIN`] over every other attribute, several-valued ones included, the cosines read
-/// on the reference scale `scale` carries the model's onto.
-fn slot_of(
+/// Every attribute with the statement's cosine (on the reference scale `scale`
+/// carries the model's onto) to its closest prototype, and whether it is single-valued,
+/// closest first.
+fn closest(
     vector: &[f32],
     prototypes: &[(&'static str, bool, Vec<Vec<f32>>)],
     scale: SimilarityScale,
-) -> Option<&'static str> {
+) -> Vec<(f32, &'static str, bool)> {
     let mut scored: Vec<(f32, &'static str, bool)> = prototypes
         .iter()
         .map(|(name, single, examples)| {
@@ -334,7 +325,18 @@ fn slot_of(
         })
         .collect();
     scored.sort_by(|left, right| right.0.total_cmp(&left.0));
-    match scored.as_slice() {
+    scored
+}
+
+/// The single-valued slot a statement's vector is clearly in: closest to it by
+/// [`MARGIN`] over every other attribute, several-valued ones included (see
+/// [`closest`]).
+fn slot_of(
+    vector: &[f32],
+    prototypes: &[(&'static str, bool, Vec<Vec<f32>>)],
+    scale: SimilarityScale,
+) -> Option<&'static str> {
+    match closest(vector, prototypes, scale).as_slice() {
         [(best, name, true), (next, _, _), ..] if *best >= IN_SLOT && best - next >= MARGIN => Some(name),
         [(best, name, true)] if *best >= IN_SLOT => Some(name),
         _ => None,
