@@ -438,7 +438,6 @@ impl ClusterStore {
         }))
     }
 
-    /// The document if it exists and belongs to the scope.
     /// Changes a job of the scope by compare-and-set, read again after each conflict:
     /// `change` edits its source, or answers `false` to leave it as it is. `false` when
     /// the job is gone or was left as it was.
@@ -473,6 +472,7 @@ impl ClusterStore {
         Err(Error::Unavailable(format!("job {job_id}: too much contention")))
     }
 
+    /// The document if it exists and belongs to the scope.
     async fn owned(&self, scope: &Scope, kind: &str, id: &str) -> Result<Option<Versioned>> {
         Ok(self
             .get(kind, id, scope.tenant().as_str())
