@@ -593,13 +593,15 @@ impl ClusterStore {
         let mut body = query::scoped(scope, linked, Some(json!([{ "id": "asc" }])), PAGE);
         body["seq_no_primary_term"] = json!(true);
         for hit in self.scoped_all(scope, "facts", body).await? {
-            let version = hit.version()?;
-            let mut source = hit.source;
-            if let Value::Object(map) = &mut source {
-                map.remove("superseded_by");
-            }
-            self.write_if("facts", &hit.id, tenant, source, Some(version))
-                .await?;
+            // Read again on a conflict: recall counts uses on facts outside commits.
+            self.change_owned(scope, "facts", &hit.id, |source| {
+                let Value::Object(map) = source else {
+                    return false;
+                };
+                map.get("superseded_by").and_then(Value::as_str) == Some(fact_id)
+                    && map.remove("superseded_by").is_some()
+            })
+            .await?;
         }
         let touching = json!({ "bool": { "should": [
             { "term": { "from_fact_id": fact_id } }, { "term": { "to_fact_id": fact_id } }

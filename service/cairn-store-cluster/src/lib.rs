@@ -438,18 +438,20 @@ impl ClusterStore {
         }))
     }
 
-    /// Changes a job of the scope by compare-and-set, read again after each conflict:
-    /// `change` edits its source, or answers `false` to leave it as it is. `false` when
-    /// the job is gone or was left as it was.
-    async fn change_job(
+    /// Changes a document of the scope by compare-and-set, read again after each
+    /// conflict (a lease renewal, recall's use counting): `change` edits its source, or
+    /// answers `false` to leave it as it is. `false` when the document is gone or was
+    /// left as it was.
+    async fn change_owned(
         &self,
         scope: &Scope,
-        job_id: &str,
+        kind: &str,
+        id: &str,
         change: impl Fn(&mut Value) -> bool,
     ) -> Result<bool> {
         self.ready()?;
         for _ in 0..10 {
-            let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
+            let Some(doc) = self.owned(scope, kind, id).await? else {
                 return Ok(false);
             };
             let mut source = doc.source.clone();
@@ -458,8 +460,8 @@ impl ClusterStore {
             }
             let answer = self
                 .write_if(
-                    "jobs",
-                    job_id,
+                    kind,
+                    id,
                     scope.tenant().as_str(),
                     source,
                     Some((doc.seq_no, doc.primary_term)),
@@ -469,7 +471,7 @@ impl ClusterStore {
                 return Ok(true);
             }
         }
-        Err(Error::Unavailable(format!("job {job_id}: too much contention")))
+        Err(Error::Unavailable(format!("{kind} {id}: too much contention")))
     }
 
     /// The document if it exists and belongs to the scope.
@@ -2117,33 +2119,27 @@ impl MemoryStore for ClusterStore {
         error: &str,
         dead: bool,
     ) -> Result<()> {
-        self.ready()?;
-        let Some(doc) = self.owned(scope, "jobs", job_id).await? else {
-            return Ok(());
-        };
-        let mut source = doc.source.clone();
-        source["run_after"] = json!(docs::micros(run_after));
-        source["last_error"] = json!(error);
-        source["timestamp"] = json!(docs::timestamp(Utc::now()));
-        if dead {
-            source["dead_at"] = json!(docs::micros(Utc::now()));
-        }
-        if let Value::Object(map) = &mut source {
-            map.remove("leased_until");
-        }
-        self.write_if(
-            "jobs",
-            job_id,
-            scope.tenant().as_str(),
-            source,
-            Some((doc.seq_no, doc.primary_term)),
-        )
+        // Through `change_owned`: a renewal racing the release (the run's heartbeat) moves
+        // the job's version, and the release must read it again, not be lost to a 409.
+        self.change_owned(scope, "jobs", job_id, |source| {
+            let now = Utc::now();
+            source["run_after"] = json!(docs::micros(run_after));
+            source["last_error"] = json!(error);
+            source["timestamp"] = json!(docs::timestamp(now));
+            if dead {
+                source["dead_at"] = json!(docs::micros(now));
+            }
+            if let Value::Object(map) = source {
+                map.remove("leased_until");
+            }
+            true
+        })
         .await?;
         Ok(())
     }
 
     async fn renew_job(&self, scope: &Scope, job_id: &str, until: DateTime<Utc>) -> Result<bool> {
-        self.change_job(scope, job_id, |source| {
+        self.change_owned(scope, "jobs", job_id, |source| {
             if source.get("leased_until").is_none_or(Value::is_null) {
                 return false;
             }
@@ -2154,7 +2150,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn defer_job(&self, scope: &Scope, job_id: &str, run_after: DateTime<Utc>) -> Result<()> {
-        self.change_job(scope, job_id, |source| {
+        self.change_owned(scope, "jobs", job_id, |source| {
             source["attempts"] = json!(source["attempts"].as_u64().unwrap_or(0).saturating_sub(1));
             source["run_after"] = json!(docs::micros(run_after));
             if let Value::Object(map) = source {

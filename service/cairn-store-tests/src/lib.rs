@@ -2271,7 +2271,8 @@ pub async fn no_read_crosses_a_scope(store: Arc<dyn MemoryStore>) {
     assert_eq!(store.watermark(&owner).await.expect("watermark"), mark);
 }
 
-fn job(scope: &Scope, at: DateTime<Utc>) -> ConsolidationJob {
+/// A queued consolidation job of the scope, due at `at`.
+pub fn job(scope: &Scope, at: DateTime<Utc>) -> ConsolidationJob {
     ConsolidationJob {
         id: new_id("job"),
         subject: scope.subject().to_owned(),

@@ -918,3 +918,85 @@ async fn a_write_racing_a_tombstone_on_another_process_is_refused() {
         "the forgotten value did not come back"
     );
 }
+
+/// A job released (after a failed run) while its lease is renewed on another
+/// connection: the release's conditional write meets the renewal's newer version and
+/// must read the job again and release it, not leave it leased. A job left leased is
+/// not claimed until its renewed lease runs out, and a dead-lettered one is retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_racing_a_lease_renewal_still_releases_the_job() {
+    let Some((proxy, direct, proxied, _cleanup)) = stores().await else {
+        return;
+    };
+    let scope = cairn_store_tests::scope("acme", "released-job");
+    let now = Utc::now();
+    let queued = cairn_store_tests::job(&scope, now);
+    direct
+        .commit(
+            &scope,
+            ChangeSet::new(cairn_store_tests::audit(&scope, "episode.ingest"))
+                .with(Change::EnqueueJob(queued.clone())),
+        )
+        .await
+        .expect("enqueue");
+    let lease = now + chrono::Duration::seconds(30);
+    let (claimed_scope, claimed) = direct
+        .claim_job(now, lease, None)
+        .await
+        .expect("claim")
+        .expect("the job is due");
+    assert_eq!(
+        (claimed_scope, claimed.id.as_str()),
+        (scope.clone(), queued.id.as_str())
+    );
+
+    // The release reads the job, then its write is held while the lease is renewed.
+    proxy.arm_first(
+        &format!("PUT /{}-jobs/_doc/{}", direct.prefix(), queued.id),
+        Mode::Hold,
+    );
+    let released = {
+        let (proxied, scope, id) = (proxied.clone(), scope.clone(), queued.id.clone());
+        tokio::spawn(async move {
+            proxied
+                .release_job(&scope, &id, now, "provider keeps failing", true)
+                .await
+        })
+    };
+    let proxy = Arc::new(proxy);
+    let holder = Arc::clone(&proxy);
+    tokio::task::spawn_blocking(move || holder.wait_until_holding())
+        .await
+        .expect("held");
+    assert!(
+        direct
+            .renew_job(&scope, &queued.id, now + chrono::Duration::minutes(10))
+            .await
+            .expect("renew"),
+        "the lease is renewed while the release is held"
+    );
+    proxy.release();
+    released.await.expect("task").expect("release");
+    let (fired, _) = proxy.disarm();
+    assert!(fired, "the release's write was held");
+
+    let pending = direct.pending_jobs(&scope).await.expect("jobs");
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].last_error.as_deref(), Some("provider keeps failing"));
+    assert!(
+        pending[0].dead_at.is_some(),
+        "the job is dead-lettered: {pending:?}"
+    );
+    assert!(
+        direct
+            .claim_job(
+                now + chrono::Duration::minutes(20),
+                now + chrono::Duration::minutes(21),
+                None
+            )
+            .await
+            .expect("claim")
+            .is_none(),
+        "a dead-lettered job is not claimed again, even after the renewed lease ran out"
+    );
+}
