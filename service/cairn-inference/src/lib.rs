@@ -119,6 +119,29 @@ pub struct EmbedderConfig {
     pub max_tokens: usize,
 }
 
+/// The model whose cosines the thresholds by meaning were written against (the
+/// reference scale of [`cairn_core::SimilarityScale`]), provisioned beside any other.
+pub const REFERENCE_MODEL: &str = "all-minilm-l6-v2";
+
+impl EmbedderConfig {
+    /// The reference model beside this one (same runtime, directory `REFERENCE_MODEL`
+    /// next to this model's), or `None` when this is the reference model.
+    pub fn reference(&self) -> Option<EmbedderConfig> {
+        if self
+            .model_dir
+            .file_name()
+            .is_some_and(|name| name == REFERENCE_MODEL)
+        {
+            return None;
+        }
+        let parent = self.model_dir.parent()?;
+        Some(EmbedderConfig {
+            model_dir: parent.join(REFERENCE_MODEL),
+            ..self.clone()
+        })
+    }
+}
+
 const PROVISIONING_HINT: &str = "run scripts/setup to provision the model files";
 
 fn missing(path: &Path, hint: &str) -> Error {

@@ -268,16 +268,32 @@ pub fn build_cairn(config: &Config, store: Arc<dyn MemoryStore>) -> anyhow::Resu
         },
         ..Settings::default()
     };
-    let mut cairn = Cairn::new(store, Some(Arc::new(embedder)), settings);
-    if let Some(llm) = config.llm() {
-        let client = cairn_inference::llm::LlmClient::new(llm)?;
-        cairn = cairn
-            .with_consolidator(Consolidator::new(
+    let embedder: Arc<dyn cairn_core::Embedder> = Arc::new(embedder);
+    // Another model than the reference: consolidation still compares statements with the
+    // reference, which its rules and bars were written against.
+    let reference: Option<Arc<dyn cairn_core::Embedder>> = match config.embedder().reference() {
+        Some(reference) => Some(Arc::new(
+            cairn_inference::OnnxEmbedder::load(&reference)
+                .context("the reference model could not be loaded (CAIRN_MODELS_DIR)")?,
+        )),
+        None => None,
+    };
+    let mut cairn = Cairn::new(store, Some(Arc::clone(&embedder)), settings);
+    let mut consolidator = match config.llm() {
+        Some(llm) => {
+            let client = cairn_inference::llm::LlmClient::new(llm)?;
+            cairn = cairn.with_answerer(Arc::new(cairn_inference::llm::LlmAnswerer::new(client.clone())));
+            Consolidator::new(
                 Arc::new(cairn_inference::llm::LlmExtractor::new(client.clone())),
-                Arc::new(cairn_inference::llm::LlmJudge::new(client.clone())),
-            ))
-            .with_answerer(Arc::new(cairn_inference::llm::LlmAnswerer::new(client)));
+                Arc::new(cairn_inference::llm::LlmJudge::new(client)),
+            )
+        }
+        None => Consolidator::offline(Some(reference.clone().unwrap_or(embedder))),
+    };
+    if let Some(reference) = reference {
+        consolidator = consolidator.with_reference(reference);
     }
+    cairn = cairn.with_consolidator(consolidator);
     if let Some(url) = &config.rerank_url {
         let reranker = rerank::RemoteReranker::new(
             url.clone(),

@@ -100,6 +100,9 @@ pub struct Consolidator {
     /// The jobs this process is running now, so that a shutdown that cannot wait for
     /// them gives them back (see [`Cairn::give_back_running_jobs`]).
     running: Arc<Mutex<Vec<(Scope, String)>>>,
+    /// The reference model the judge compares statements with, when the service's own
+    /// model is another (see [`Consolidator::with_reference`]).
+    reference: Option<Arc<dyn cairn_core::Embedder>>,
 }
 
 /// What serialises a scope's consolidation runs and its erasure. An erasure announces
@@ -165,7 +168,20 @@ impl Consolidator {
             last_tenant: Arc::default(),
             ledger: Arc::default(),
             running: Arc::default(),
+            reference: None,
         }
+    }
+
+    /// The judge compares a candidate with the facts it is shown through `reference`,
+    /// the model the offline rules and their bars were written against, while recall and
+    /// the stored vectors keep the service's own model. The facts shown are still
+    /// chosen by the stored vectors: the nearest [`REFERENCE_POOL`] times the number
+    /// shown are embedded again with the reference model, so the cost per candidate
+    /// does not grow with the scope.
+    #[must_use]
+    pub fn with_reference(mut self, reference: Arc<dyn cairn_core::Embedder>) -> Self {
+        self.reference = Some(reference);
+        self
     }
 
     fn lock_for(&self, scope: &Scope) -> Result<Arc<ScopeLock>> {
@@ -801,6 +817,20 @@ impl Cairn {
             };
             values.push(gates::Retracted { tombstone, fact });
         }
+        // Compared by the reference model when there is one: its vectors replace the
+        // stored ones for the run.
+        if let Some(reference) = &self.consolidator.reference {
+            let texts: Vec<String> = values
+                .iter()
+                .filter_map(|value| value.fact.as_ref().map(|fact| fact.text.clone()))
+                .collect();
+            if !texts.is_empty() {
+                let mut vectors = reference.embed(texts).await?.into_iter();
+                for fact in values.iter_mut().filter_map(|value| value.fact.as_mut()) {
+                    fact.embedding = vectors.next();
+                }
+            }
+        }
         Ok(values)
     }
 
@@ -965,6 +995,24 @@ impl Cairn {
             return Ok(());
         }
 
+        // Statements are compared by meaning with the reference model when the service's
+        // own is another (see `Consolidator::with_reference`).
+        let by_reference = match &self.consolidator.reference {
+            Some(reference) => {
+                let vector = reference
+                    .embed(vec![candidate.text.clone()])
+                    .await?
+                    .into_iter()
+                    .next();
+                vector.map(|vector| (reference, vector))
+            }
+            None => None,
+        };
+        let (compared, scale) = match &by_reference {
+            Some((reference, own)) => (Some(own.as_slice()), reference.similarity_scale()),
+            None => (vector, self.similarity_scale()),
+        };
+
         // Gate 2: tombstones. A matched value is lifted only by a user episode ingested
         // after the tombstone that states it; a lift the review policy holds waits.
         let policy = self.review_policy(scope.tenant().as_str());
@@ -973,9 +1021,9 @@ impl Cairn {
             retracted,
             &working.lifted,
             &candidate.text,
-            vector,
+            compared,
             settings.tombstone_similarity,
-            self.similarity_scale(),
+            scale,
         ) {
             let tombstone = &value.tombstone;
             let restatement = candidate
@@ -1076,13 +1124,25 @@ impl Cairn {
         }
 
         // Gate 4: the judge, over the nearest current facts, its verdict resolved once.
-        let shown = shown_facts(
-            working,
-            &candidate.text,
-            vector,
-            self.similarity_scale(),
-            settings.judge_shown,
-        );
+        let shown = match &by_reference {
+            Some((reference, own)) => {
+                let pool = shown_facts(
+                    working,
+                    &candidate.text,
+                    vector,
+                    self.similarity_scale(),
+                    settings.judge_shown.saturating_mul(REFERENCE_POOL),
+                );
+                compared_by_reference(reference.as_ref(), own, pool, settings.judge_shown).await?
+            }
+            None => shown_facts(
+                working,
+                &candidate.text,
+                vector,
+                self.similarity_scale(),
+                settings.judge_shown,
+            ),
+        };
         let (outcome, reason) = if shown.is_empty() {
             (
                 gates::Outcome::New,
@@ -1568,6 +1628,42 @@ fn shown_facts(
             similarity: Some(similarity),
         })
         .collect()
+}
+
+/// How many times the number of facts shown the reference model compares again.
+pub const REFERENCE_POOL: usize = 4;
+
+/// The `limit` facts of `pool` nearest the candidate (its reference vector `own`) by
+/// the reference model's cosine, which becomes their similarity, realiased in order.
+async fn compared_by_reference(
+    reference: &dyn cairn_core::Embedder,
+    own: &[f32],
+    pool: Vec<ShownFact>,
+    limit: usize,
+) -> Result<Vec<ShownFact>> {
+    if pool.is_empty() {
+        return Ok(pool);
+    }
+    let theirs = reference
+        .embed(pool.iter().map(|shown| shown.fact.text.clone()).collect())
+        .await?;
+    let scale = reference.similarity_scale();
+    let mut scored: Vec<(f32, Fact)> = pool
+        .into_iter()
+        .zip(&theirs)
+        .map(|(shown, vector)| (scale.statements(own, vector), shown.fact))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
+    Ok(scored
+        .into_iter()
+        .take(limit)
+        .enumerate()
+        .map(|(index, (similarity, fact))| ShownFact {
+            alias: format!("m{}", index + 1),
+            fact,
+            similarity: Some(similarity),
+        })
+        .collect())
 }
 
 fn new_fact(

@@ -582,6 +582,42 @@ async fn what_only_the_assistant_said_is_not_remembered() {
     assert!(facts!(&offline.service, &owner, "kim").is_empty());
 }
 
+/// A service on another embedding model than the reference still compares statements
+/// with the reference: e5-small-v2 puts "name is Bob" and "name is Robert" above the
+/// tombstone gate's bar on any common scale, which made a new name lift the retracted
+/// one and bring it back.
+#[actix_web::test]
+async fn another_embedding_model_compares_statements_by_the_reference() {
+    let harness = harness_with(|config| config.embedding_model = "e5-small-v2".into()).await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    ingest!(service, &owner, "rob", [{ "role": "user", "content": "My name is Bob" }]);
+    let facts = facts!(service, &owner, "rob");
+    assert_eq!(status_of(&facts, "Bob"), ["active"], "{facts:#?}");
+    let id = facts[0]["id"].as_str().expect("id").to_owned();
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        &format!("/v1/users/rob/facts/{id}/retract"),
+        Some(&owner),
+        Some(json!({ "reason": "that was a joke" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let body = ingest!(service, &owner, "rob", [{ "role": "user", "content": "My name is Robert" }]);
+    let kinds: Vec<&str> = body["consolidation"]["run"]["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["NEW"], "{body}");
+    let facts = facts!(service, &owner, "rob");
+    assert_eq!(status_of(&facts, "Bob"), ["retracted"], "{facts:#?}");
+    assert_eq!(status_of(&facts, "Robert"), ["active"], "{facts:#?}");
+}
+
 #[actix_web::test]
 async fn a_retracted_fact_stays_retracted_when_old_episodes_are_re_read() {
     let harness = harness_with(|_| {}).await;
