@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// Which store the service runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     Embedded,
@@ -15,7 +15,7 @@ pub enum Backend {
 }
 
 /// How recall combines the BM25 and kNN legs of a tier.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FusionKind {
     /// Each leg's scores scaled to 0..1, then weighted (the default: it measured better
@@ -25,7 +25,7 @@ pub enum FusionKind {
     Rrf,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Json,
@@ -36,7 +36,7 @@ pub enum LogFormat {
 /// default first.
 pub const EMBEDDING_MODELS: [&str; 3] = ["all-minilm-l6-v2", "bge-small-en-v1.5", "e5-small-v2"];
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub listen: String,
@@ -212,7 +212,7 @@ pub struct Config {
 }
 
 /// Settings of one tenant that override the service-wide ones.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantConfig {
     pub review: Option<String>,
@@ -328,7 +328,7 @@ impl Default for Config {
 
 /// How an environment value is parsed before it joins the file's table.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Text,
     Integer,
     Float,
@@ -336,7 +336,7 @@ enum Kind {
 }
 
 /// Every configuration key; its environment name is `CAIRN_` + the upper-cased key.
-const KEYS: &[(&str, Kind)] = &[
+pub(crate) const KEYS: &[(&str, Kind)] = &[
     ("listen", Kind::Text),
     ("data_dir", Kind::Text),
     ("backend", Kind::Text),
@@ -432,7 +432,7 @@ const KEYS: &[(&str, Kind)] = &[
 
 /// Settings that may be given as a file instead, through the same name with `_FILE`
 /// appended (mounted secrets).
-const SECRETS: &[&str] = &[
+pub(crate) const SECRETS: &[&str] = &[
     "jwt_secret",
     "metrics_token",
     "export_key",

@@ -11,6 +11,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod rate;
+pub mod reference;
 pub mod rerank;
 pub mod routes;
 pub mod telemetry;

