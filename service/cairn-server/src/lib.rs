@@ -2,6 +2,7 @@
 //! telemetry set-up and wire formats. It turns configuration into a running server.
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod console;
 pub mod dashboards;
