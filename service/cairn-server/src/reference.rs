@@ -466,3 +466,41 @@ pub fn coverage() -> (Vec<&'static str>, Vec<&'static str>) {
     }
     (missing, wrong)
 }
+
+const COMMAND_LINE: &str = r#"# Command line
+
+One binary, `cairn`, serves and administers. Every command reads the same
+[configuration](configuration.md) (defaults, then `--config FILE`, then environment
+variables). This page is generated from the command line's own definitions in
+`service/cairn-server/src/cli.rs` and checked by the test suite; `cairn help COMMAND`
+prints the same.
+"#;
+
+/// The command line reference page: the help of `cairn` and of every command.
+pub fn command_line() -> String {
+    use clap::CommandFactory;
+    let mut root = crate::cli::Cli::command();
+    root.build();
+    let mut page = String::from(COMMAND_LINE);
+    let mut pending: Vec<clap::Command> = vec![root];
+    while let Some(mut command) = pending.pop() {
+        let name = command
+            .get_bin_name()
+            .map_or_else(|| command.get_name().to_owned(), str::to_owned);
+        let help = command.render_long_help().to_string();
+        let help: Vec<&str> = help.lines().map(str::trim_end).collect();
+        page.push_str(&format!(
+            "\n## `{name}`\n\n```text\n{}\n```\n",
+            help.join("\n").trim_end()
+        ));
+        let mut children: Vec<clap::Command> = command
+            .get_subcommands()
+            .filter(|child| child.get_name() != "help")
+            .cloned()
+            .collect();
+        // Depth first, in the order they are declared.
+        children.reverse();
+        pending.extend(children);
+    }
+    page
+}

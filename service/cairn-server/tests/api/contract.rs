@@ -68,6 +68,35 @@ fn the_configuration_reference_is_current() {
     );
 }
 
+const COMMAND_LINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/reference/cli.md");
+
+/// The command line reference page is the help of every command (rewrite it with
+/// `CAIRN_UPDATE_SNAPSHOT=1 cargo test -p cairn-server --test api contract`).
+#[test]
+fn the_command_line_reference_is_current() {
+    let rendered = cairn_server::reference::command_line();
+    for command in [
+        "`cairn serve`",
+        "`cairn token mint`",
+        "`cairn reembed`",
+        "`cairn dashboards export`",
+    ] {
+        assert!(rendered.contains(command), "{command} is not in the reference");
+    }
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a test's own switch, not service configuration"
+    )]
+    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
+        std::fs::write(COMMAND_LINE, &rendered).expect("write the page");
+    }
+    let page = std::fs::read_to_string(COMMAND_LINE).expect("read the page");
+    assert!(
+        page == rendered,
+        "{COMMAND_LINE} is not what the command line renders; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
+    );
+}
+
 #[test]
 fn the_document_describes_every_route_fully() {
     let document = cairn_server::openapi::document();
