@@ -504,3 +504,200 @@ pub fn command_line() -> String {
     }
     page
 }
+
+const ERRORS: &str = r#"# Errors
+
+Every error, over REST and MCP alike, is an HTTP status and one body:
+
+```json
+{"error": {"code": "snake_case_code", "message": "a sentence for a person", "request_id": "req_…"}}
+```
+
+Programs branch on `code`, the closed set below; `message` may change wording between
+versions. Quote `request_id` when reporting a server error: the service logs it with the
+failure. A `429` carries `Retry-After`, a `401` carries `WWW-Authenticate`. This page is
+generated from `cairn_core::ErrorCode` in `service/cairn-server/src/reference.rs` and
+checked by the test suite.
+
+| code | status | when | what to do |
+|---|---|---|---|
+"#;
+
+/// Every error code, in the order of the table.
+pub const ERROR_CODES: [cairn_core::ErrorCode; 27] = {
+    use cairn_core::ErrorCode::*;
+    [
+        InvalidRequest,
+        MissingToken,
+        InvalidToken,
+        TokenExpired,
+        InsufficientScope,
+        UserMismatch,
+        NotFound,
+        RouteNotFound,
+        MethodNotAllowed,
+        PayloadTooLarge,
+        RateLimited,
+        TokenBudgetExhausted,
+        Tombstoned,
+        Duplicate,
+        NotActive,
+        VersionConflict,
+        EvidenceErased,
+        ScopeErased,
+        ScopeNotEmpty,
+        WatermarkMoved,
+        ReviewResolved,
+        ReviewStale,
+        StoreInUse,
+        MappingMismatch,
+        ProviderError,
+        Unavailable,
+        InternalError,
+    ]
+};
+
+/// A code's HTTP status, when it is answered, and what a client does about it.
+/// Exhaustive on purpose: a new code must be described here.
+pub fn error(code: cairn_core::ErrorCode) -> (u16, &'static str, &'static str) {
+    use cairn_core::ErrorCode::*;
+    match code {
+        InvalidRequest => (
+            422,
+            "the body, query or path is malformed or breaks a limit; the message names the field",
+            "fix the request; nothing was changed",
+        ),
+        MissingToken => (
+            401,
+            "no bearer token was sent",
+            "send `Authorization: Bearer <token>`",
+        ),
+        InvalidToken => (
+            401,
+            "the token's signature, audience, issuer or claims do not verify",
+            "mint a token with the service's key and claims",
+        ),
+        TokenExpired => (401, "the token's `exp` has passed", "mint a new token"),
+        InsufficientScope => (
+            403,
+            "the token lacks the permission the route needs (`memory:read`, `memory:write`, `memory:review` or `memory:admin`)",
+            "use a token with that scope",
+        ),
+        UserMismatch => (
+            403,
+            "the token is bound to another user (its `user` claim) than the path names",
+            "use the user's own token, or an unbound one",
+        ),
+        NotFound => (
+            404,
+            "no such record in the caller's scope (another tenant's or user's record is not found either)",
+            "check the id and the user",
+        ),
+        RouteNotFound => (404, "no such route", "check the path against the API reference"),
+        MethodNotAllowed => (
+            405,
+            "the route does not answer this method",
+            "use a method the message lists",
+        ),
+        PayloadTooLarge => (
+            413,
+            "the body is larger than `CAIRN_MAX_BODY_BYTES` (`CAIRN_MAX_IMPORT_BYTES` for an import)",
+            "send less per request",
+        ),
+        RateLimited => (
+            429,
+            "the tenant's request rate is used up (`CAIRN_RATE_LIMIT_PER_SECOND`, shared by every replica)",
+            "retry after `Retry-After` seconds",
+        ),
+        TokenBudgetExhausted => (
+            429,
+            "the tenant's LLM token budget for the day is spent (`CAIRN_CONSOLIDATION_TOKEN_BUDGET`)",
+            "episodes are kept; consolidation resumes at the time the message gives",
+        ),
+        Tombstoned => (
+            409,
+            "the value was retracted or forgotten and only a newer first-hand statement brings it back",
+            "nothing to retry: the user said it was wrong or asked to forget it",
+        ),
+        Duplicate => (
+            409,
+            "an active fact already holds this value",
+            "use the existing fact",
+        ),
+        NotActive => (
+            409,
+            "the fact was superseded, retracted or is pending review, so it cannot be changed this way",
+            "read its current version and act on that",
+        ),
+        VersionConflict => (
+            409,
+            "the record changed since it was read (compare-and-set)",
+            "read it again and reapply the change",
+        ),
+        EvidenceErased => (
+            409,
+            "an episode the change cites was erased meanwhile",
+            "nothing to retry: the evidence is gone",
+        ),
+        ScopeErased => (
+            409,
+            "the user was erased while the request or run was under way; it wrote nothing further",
+            "nothing to retry",
+        ),
+        ScopeNotEmpty => (
+            409,
+            "a `cairn` import needs a user with no memory",
+            "import into a new user, or erase this one first",
+        ),
+        WatermarkMoved => (
+            409,
+            "another consolidation run of the user moved on meanwhile",
+            "run again; the other run already consolidated those episodes",
+        ),
+        ReviewResolved => (
+            409,
+            "the review was already approved or rejected",
+            "read the review",
+        ),
+        ReviewStale => (
+            409,
+            "what the review would change moved on meanwhile; nothing changed",
+            "read the user's facts and decide again",
+        ),
+        StoreInUse => (
+            409,
+            "the embedded store is in use by a running service (restore, bootstrap)",
+            "stop the service first",
+        ),
+        MappingMismatch => (
+            409,
+            "a search cluster's index has other mappings than this version needs",
+            "run `cairn bootstrap`, or use a new index prefix",
+        ),
+        ProviderError => (
+            502,
+            "the LLM provider failed; the episodes are stored",
+            "nothing to do: consolidation retries with backoff",
+        ),
+        Unavailable => (
+            503,
+            "the store or search cluster cannot be reached, or is not ready",
+            "retry with backoff; `/readyz` says why",
+        ),
+        InternalError => (
+            500,
+            "a failure inside the service",
+            "report it with the `request_id`",
+        ),
+    }
+}
+
+/// The error reference page.
+pub fn errors() -> String {
+    let mut page = String::from(ERRORS);
+    for code in ERROR_CODES {
+        let (status, when, what) = error(code);
+        page.push_str(&format!("| `{code}` | {status} | {when} | {what} |\n"));
+    }
+    page
+}

@@ -97,6 +97,85 @@ fn the_command_line_reference_is_current() {
     );
 }
 
+const ERRORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/reference/errors.md");
+
+/// An error the service answers with `code`, as the code is raised.
+fn raised(code: cairn_core::ErrorCode) -> cairn_server::error::ApiError {
+    use cairn_core::{Error as Core, ErrorCode::*};
+    use cairn_server::auth::AuthError;
+    use cairn_server::error::ApiError;
+    let message = String::from("test");
+    match code {
+        InvalidRequest => ApiError::Core(Core::invalid("field", "test")),
+        MissingToken => ApiError::Auth(AuthError::Missing),
+        TokenExpired => ApiError::Auth(AuthError::Expired),
+        InvalidToken => ApiError::Auth(AuthError::Invalid(message)),
+        InsufficientScope | UserMismatch => ApiError::Core(Core::Forbidden { code, message }),
+        NotFound => ApiError::Core(Core::NotFound { what: "fact" }),
+        RouteNotFound => ApiError::RouteNotFound,
+        MethodNotAllowed => ApiError::MethodNotAllowed { allow: "GET".into() },
+        PayloadTooLarge => ApiError::PayloadTooLarge { limit: 1 },
+        RateLimited => ApiError::RateLimited {
+            retry_after_seconds: 1,
+        },
+        TokenBudgetExhausted => ApiError::Core(Core::QuotaExhausted {
+            code,
+            message,
+            retry_after_seconds: 1,
+        }),
+        Tombstoned => ApiError::Core(Core::Tombstoned {
+            tombstone_id: "tomb_1".into(),
+        }),
+        ProviderError => ApiError::Core(Core::Provider(message)),
+        Unavailable => ApiError::Core(Core::Unavailable(message)),
+        InternalError => ApiError::Core(Core::Storage(message)),
+        Duplicate | NotActive | VersionConflict | EvidenceErased | ScopeErased | ScopeNotEmpty
+        | WatermarkMoved | ReviewResolved | ReviewStale | StoreInUse | MappingMismatch => {
+            ApiError::Core(Core::Conflict { code, message })
+        }
+    }
+}
+
+/// The error reference lists every code once, with the status the service answers it
+/// with (rewrite the page with `CAIRN_UPDATE_SNAPSHOT=1`).
+#[test]
+fn the_error_reference_is_current() {
+    let schema = serde_json::to_value(schemars::schema_for!(cairn_core::ErrorCode)).expect("schema");
+    let values = schema["enum"]
+        .as_array()
+        .or_else(|| schema["oneOf"].as_array())
+        .map_or(0, Vec::len);
+    let listed: std::collections::HashSet<_> = cairn_server::reference::ERROR_CODES.iter().collect();
+    assert_eq!(
+        listed.len(),
+        cairn_server::reference::ERROR_CODES.len(),
+        "a code is listed twice"
+    );
+    assert_eq!(listed.len(), values, "every code is listed: {schema}");
+    for code in cairn_server::reference::ERROR_CODES {
+        let (status, answered, _) = raised(code).parts();
+        assert_eq!(answered, code);
+        assert_eq!(
+            status.as_u16(),
+            cairn_server::reference::error(code).0,
+            "the reference gives {code} another status than the service answers"
+        );
+    }
+    let rendered = cairn_server::reference::errors();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a test's own switch, not service configuration"
+    )]
+    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
+        std::fs::write(ERRORS, &rendered).expect("write the page");
+    }
+    let page = std::fs::read_to_string(ERRORS).expect("read the page");
+    assert!(
+        page == rendered,
+        "{ERRORS} is not what the error codes render; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
+    );
+}
+
 #[test]
 fn the_document_describes_every_route_fully() {
     let document = cairn_server::openapi::document();
