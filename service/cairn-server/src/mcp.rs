@@ -284,6 +284,11 @@ impl CairnMcp {
         }
     }
 
+    /// Every tool as `tools/list` describes it (for the reference page).
+    pub fn tools() -> Vec<rmcp::model::Tool> {
+        Self::tool_router().list_all()
+    }
+
     #[tool(
         description = "Recall the memories (facts, episodes, playbooks) most relevant to a query. Only current facts unless include_history is set.",
         annotations(read_only_hint = true, open_world_hint = false)

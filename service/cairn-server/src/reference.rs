@@ -701,3 +701,111 @@ pub fn errors() -> String {
     }
     page
 }
+
+const MCP_TOOLS: &str = r#"# MCP tools
+
+The tools `/mcp` lists (`tools/list`), with their arguments as their JSON schemas give
+them; [Agents: MCP](../guides/mcp.md) shows how to connect a client. A token bound to a
+user (`cairn token mint --user`) fixes the user and `user` may be left out; otherwise
+every call names it. Errors carry the [REST error codes](errors.md). This page is
+generated from the tool definitions in `service/cairn-server/src/mcp.rs` and checked by
+the test suite.
+"#;
+
+/// A property's type as its JSON schema gives it, in words.
+fn schema_type(schema: &Value) -> String {
+    if let Some(reference) = schema["$ref"].as_str() {
+        return reference.rsplit('/').next().unwrap_or(reference).to_owned();
+    }
+    if let Some(choices) = schema["anyOf"].as_array().or_else(|| schema["oneOf"].as_array()) {
+        let named: Vec<String> = choices
+            .iter()
+            .map(schema_type)
+            .filter(|name| name != "null")
+            .collect();
+        return named.join(" or ");
+    }
+    let named: Vec<String> = match &schema["type"] {
+        Value::String(name) => vec![name.clone()],
+        Value::Array(names) => names
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|name| *name != "null")
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let named: Vec<String> = named
+        .into_iter()
+        .map(|name| {
+            if name == "array" {
+                format!("array of {}", schema_type(&schema["items"]))
+            } else {
+                name
+            }
+        })
+        .collect();
+    if named.is_empty() {
+        "any".to_owned()
+    } else {
+        named.join(" or ")
+    }
+}
+
+/// The MCP tools reference page.
+pub fn mcp_tools() -> String {
+    let mut page = String::from(MCP_TOOLS);
+    let mut tools: Vec<Value> = crate::mcp::CairnMcp::tools()
+        .iter()
+        .filter_map(|tool| serde_json::to_value(tool).ok())
+        .collect();
+    tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    for tool in &tools {
+        let name = tool["name"].as_str().unwrap_or_default();
+        page.push_str(&format!("\n## `{name}`\n\n"));
+        if let Some(description) = tool["description"].as_str() {
+            page.push_str(description.trim());
+            page.push('\n');
+        }
+        let hints = &tool["annotations"];
+        let mut said = Vec::new();
+        if hints["readOnlyHint"] == Value::Bool(true) {
+            said.push("reads only");
+        }
+        if hints["destructiveHint"] == Value::Bool(true) {
+            said.push("destructive");
+        }
+        if hints["idempotentHint"] == Value::Bool(true) {
+            said.push("idempotent");
+        }
+        if !said.is_empty() {
+            page.push_str(&format!("\nHints: {}.\n", said.join(", ")));
+        }
+        let schema = &tool["inputSchema"];
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .map(|names| names.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let Some(properties) = schema["properties"].as_object() else {
+            continue;
+        };
+        page.push_str("\n| argument | type | required | meaning |\n|---|---|---|---|\n");
+        for (argument, property) in properties {
+            let meaning = property["description"]
+                .as_str()
+                .unwrap_or_default()
+                .replace('\n', " ")
+                .replace('|', "\\|");
+            page.push_str(&format!(
+                "| `{argument}` | {} | {} | {meaning} |\n",
+                schema_type(property),
+                if required.contains(&argument.as_str()) {
+                    "yes"
+                } else {
+                    "no"
+                }
+            ));
+        }
+    }
+    page
+}

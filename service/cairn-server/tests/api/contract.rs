@@ -176,6 +176,38 @@ fn the_error_reference_is_current() {
     );
 }
 
+const MCP_TOOLS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../docs/src/reference/mcp-tools.md"
+);
+
+/// The MCP tools reference is what `tools/list` describes (rewrite it with
+/// `CAIRN_UPDATE_SNAPSHOT=1`).
+#[test]
+fn the_mcp_tools_reference_is_current() {
+    let rendered = cairn_server::reference::mcp_tools();
+    for tool in cairn_server::mcp::CairnMcp::tools() {
+        assert!(
+            rendered.contains(&format!("## `{}`", tool.name)),
+            "{} is not in the reference",
+            tool.name
+        );
+    }
+    assert!(rendered.contains("| `query` | string | yes |"), "{rendered}");
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a test's own switch, not service configuration"
+    )]
+    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
+        std::fs::write(MCP_TOOLS, &rendered).expect("write the page");
+    }
+    let page = std::fs::read_to_string(MCP_TOOLS).expect("read the page");
+    assert!(
+        page == rendered,
+        "{MCP_TOOLS} is not what the tools describe; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
+    );
+}
+
 #[test]
 fn the_document_describes_every_route_fully() {
     let document = cairn_server::openapi::document();
