@@ -809,3 +809,141 @@ pub fn mcp_tools() -> String {
     }
     page
 }
+
+const METRICS: &str = r#"# Metrics
+
+`/metrics` answers in the Prometheus text format; every name starts with `cairn_`. The
+series that name a tenant are shown only to the operator's scrape credential
+(`CAIRN_METRICS_TOKEN`); every other caller, any tenant's admin included, reads them
+summed over tenants. [Seeing it run](../operators/observability.md) has the Grafana
+dashboard and the logs and traces. This page is generated from what `/metrics` exposes
+(`service/cairn-server/src/reference.rs` observes every kind of event, then reads both
+views) and checked by the test suite.
+
+| metric | type | labels | meaning | shown to |
+|---|---|---|---|---|
+"#;
+
+/// One family of the exposition: name, type, help and label names.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Family {
+    name: String,
+    kind: String,
+    help: String,
+    labels: Vec<String>,
+}
+
+/// The families of a text exposition, with the labels their samples carry.
+fn families(exposition: &str) -> Vec<Family> {
+    let mut found: Vec<Family> = Vec::new();
+    for line in exposition.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            found.push(Family {
+                name: name.to_owned(),
+                kind: String::new(),
+                help: help.to_owned(),
+                labels: Vec::new(),
+            });
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let (Some(family), Some((_, kind))) = (found.last_mut(), rest.split_once(' ')) {
+                family.kind = kind.to_owned();
+            }
+        } else if let (Some(family), Some((_, labels))) = (found.last_mut(), line.split_once('{')) {
+            for pair in labels.split(',') {
+                let Some((label, _)) = pair.split_once('=') else {
+                    continue;
+                };
+                let label = label.trim().to_owned();
+                // A histogram's bucket bound is part of the type, not a label of its own.
+                if label != "le" && !family.labels.contains(&label) {
+                    family.labels.push(label);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The metrics reference page.
+pub fn metrics() -> String {
+    use cairn_app::ConsolidationOutcome;
+    let Ok(metrics) = crate::metrics::Metrics::new() else {
+        return String::new();
+    };
+    let now = chrono::Utc::now();
+    metrics.observe_request("/v1/users/{user}/recall", "POST", 200, 0.01);
+    metrics.observe_dead_letter();
+    metrics.observe_consolidation_failure("worker");
+    let outcome = ConsolidationOutcome {
+        run_id: "run".into(),
+        dry_run: false,
+        episodes_read: 1,
+        watermark: 1,
+        decisions: vec![cairn_core::Decision {
+            id: "dec".into(),
+            kind: cairn_core::DecisionKind::New,
+            reason: String::new(),
+            fact_id: None,
+            target_ids: Vec::new(),
+            origin: "run".into(),
+            created_at: now,
+        }],
+        facts_created: Vec::new(),
+        playbooks_created: 0,
+        usage: cairn_core::Usage {
+            calls: 1,
+            input_tokens: 1,
+            output_tokens: 1,
+            cost_usd: 0.0,
+        },
+        extractor: "offline".into(),
+        judge: "offline".into(),
+        deferred_until: None,
+        token_budget: None,
+        review_queue: Some(Box::new((
+            "tenant".into(),
+            cairn_core::ReviewSummary {
+                by_kind: vec![(cairn_core::ReviewKind::NewFact, 1)],
+                oldest: Some(now),
+            },
+        ))),
+    };
+    metrics.observe_consolidation(&outcome, "api");
+    let everyone = families(&metrics.render(false));
+    let operator = families(&metrics.render(true));
+    let mut page = String::from(METRICS);
+    let mut all: Vec<(&Family, &str)> = Vec::new();
+    for family in &operator {
+        let shown = if everyone.iter().any(|other| other.name == family.name) {
+            "everyone"
+        } else {
+            "the operator"
+        };
+        all.push((family, shown));
+    }
+    for family in everyone
+        .iter()
+        .filter(|family| !operator.iter().any(|other| other.name == family.name))
+    {
+        all.push((family, "everyone but the operator (the sum over tenants)"));
+    }
+    all.sort();
+    for (family, shown) in all {
+        let labels = if family.labels.is_empty() {
+            "none".to_owned()
+        } else {
+            family
+                .labels
+                .iter()
+                .map(|label| format!("`{label}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        page.push_str(&format!(
+            "| `{}` | {} | {labels} | {} | {shown} |\n",
+            family.name, family.kind, family.help
+        ));
+    }
+    page
+}

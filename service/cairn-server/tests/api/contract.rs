@@ -208,6 +208,35 @@ fn the_mcp_tools_reference_is_current() {
     );
 }
 
+const METRICS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/reference/metrics.md");
+
+/// The metrics reference is what `/metrics` exposes (rewrite it with
+/// `CAIRN_UPDATE_SNAPSHOT=1`).
+#[test]
+fn the_metrics_reference_is_current() {
+    let rendered = cairn_server::reference::metrics();
+    for family in [
+        "| `cairn_http_requests_total` | counter | `method`, `route`, `status` |",
+        "| `cairn_http_request_duration_seconds` | histogram | `method`, `route` |",
+        "| `cairn_review_queue_depth` | gauge | `tenant` |",
+        "| `cairn_review_queue_pending` | gauge | none |",
+    ] {
+        assert!(rendered.contains(family), "{family} is not in {rendered}");
+    }
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a test's own switch, not service configuration"
+    )]
+    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
+        std::fs::write(METRICS, &rendered).expect("write the page");
+    }
+    let page = std::fs::read_to_string(METRICS).expect("read the page");
+    assert!(
+        page == rendered,
+        "{METRICS} is not what /metrics exposes; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
+    );
+}
+
 #[test]
 fn the_document_describes_every_route_fully() {
     let document = cairn_server::openapi::document();
