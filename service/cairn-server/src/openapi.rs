@@ -228,6 +228,7 @@ pub fn document() -> Value {
             { "name": "playbooks", "description": "procedures with versions and outcomes" },
             { "name": "recall", "description": "hybrid search over every tier, and the profile" },
             { "name": "consolidation", "description": "runs, jobs and the decision log" },
+            { "name": "reviews", "description": "outcomes held for a person's approval" },
             { "name": "admin", "description": "tenant administration: users, audit, erasure, portability" },
             { "name": "mcp", "description": "the hosted MCP endpoint" },
             { "name": "operations", "description": "health, readiness, metrics and this document" }

@@ -252,6 +252,15 @@ fn the_document_describes_every_route_fully() {
         );
         assert_eq!(operation["operationId"], route.operation_id);
         assert_eq!(operation["tags"][0], route.tag);
+        assert!(
+            document["tags"]
+                .as_array()
+                .is_some_and(|tags| tags.iter().any(|tag| tag["name"] == route.tag)),
+            "the tag {} of {} {} is not declared",
+            route.tag,
+            route.method,
+            route.path
+        );
         let responses = operation["responses"].as_object().expect("responses");
         for (status, response) in responses {
             let schema = &response["content"]["application/json"]["schema"];
