@@ -714,6 +714,19 @@ the test suite.
 
 /// A property's type as its JSON schema gives it, in words.
 fn schema_type(schema: &Value) -> String {
+    if let Some(values) = schema["enum"].as_array() {
+        let values: Vec<String> = values
+            .iter()
+            .filter(|value| !value.is_null())
+            .map(|value| {
+                format!(
+                    "`{}`",
+                    value.as_str().map_or_else(|| value.to_string(), str::to_owned)
+                )
+            })
+            .collect();
+        return format!("one of {}", values.join(", "));
+    }
     if let Some(reference) = schema["$ref"].as_str() {
         return reference.rsplit('/').next().unwrap_or(reference).to_owned();
     }
@@ -944,6 +957,179 @@ pub fn metrics() -> String {
             "| `{}` | {} | {labels} | {} | {shown} |\n",
             family.name, family.kind, family.help
         ));
+    }
+    page
+}
+
+const REST: &str = r#"# REST API
+
+Every route, grouped as the OpenAPI document (`/openapi.json`) groups them, with the
+permission its token needs, its parameters, its body and what it answers. Errors are
+one shape with a code ([Errors](errors.md)). This page is generated from the OpenAPI
+document, itself generated from the route table and the Rust types of every request and
+response, and checked by the test suite; `/openapi.json` on a running service gives the
+full schemas for client generators.
+"#;
+
+/// A table of an object schema's top-level fields (the named component, resolved).
+fn fields(document: &Value, schema: &Value) -> String {
+    let schema = match schema["$ref"]
+        .as_str()
+        .and_then(|reference| reference.rsplit('/').next())
+    {
+        Some(name) => &document["components"]["schemas"][name],
+        None => schema,
+    };
+    let Some(properties) = schema["properties"].as_object() else {
+        return String::new();
+    };
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut table = String::from("| field | type | required | meaning |\n|---|---|---|---|\n");
+    for (name, property) in properties {
+        table.push_str(&format!(
+            "| `{name}` | {} | {} | {} |\n",
+            schema_type(property),
+            if required.contains(&name.as_str()) {
+                "yes"
+            } else {
+                "no"
+            },
+            cell(property["description"].as_str().unwrap_or_default())
+        ));
+    }
+    table
+}
+
+/// A phrase as a sentence: capitalised, with a full stop.
+fn sentence(text: &str) -> String {
+    let text = cell(text);
+    let mut characters = text.chars();
+    let Some(first) = characters.next() else {
+        return text;
+    };
+    let mut sentence: String = first.to_uppercase().chain(characters).collect();
+    if !sentence.ends_with(['.', '!', '?', ')']) {
+        sentence.push('.');
+    }
+    sentence
+}
+
+/// Text fit for one table cell.
+fn cell(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
+/// The REST reference page, from the OpenAPI document.
+pub fn rest() -> String {
+    let document = crate::openapi::document();
+    let mut page = String::from(REST);
+    let methods = ["get", "post", "put", "patch", "delete"];
+    let tags = document["tags"].as_array().cloned().unwrap_or_default();
+    let paths = document["paths"].as_object().cloned().unwrap_or_default();
+    for tag in &tags {
+        let name = tag["name"].as_str().unwrap_or_default();
+        page.push_str(&format!(
+            "\n## {name}\n\n{}\n",
+            sentence(tag["description"].as_str().unwrap_or_default())
+        ));
+        for (path, item) in &paths {
+            for method in methods {
+                let operation = &item[method];
+                let tagged = operation["tags"]
+                    .as_array()
+                    .is_some_and(|tags| tags.iter().any(|tag| tag.as_str() == Some(name)));
+                if !tagged {
+                    continue;
+                }
+                page.push_str(&format!(
+                    "\n### `{} {path}`\n\n{}",
+                    method.to_uppercase(),
+                    sentence(operation["summary"].as_str().unwrap_or_default())
+                ));
+                if let Some(description) = operation["description"].as_str() {
+                    page.push_str(&format!(" {}", cell(description)));
+                }
+                page.push('\n');
+                let scopes: Vec<String> = operation["security"]
+                    .as_array()
+                    .map(|options| {
+                        options
+                            .iter()
+                            .filter_map(|option| option["bearer"].as_array())
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .map(|scope| format!("`{scope}`"))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let token = match (operation["security"].as_array().map(Vec::len), scopes.is_empty()) {
+                    (Some(0) | None, _) => "no token".to_owned(),
+                    (_, true) => "any valid token".to_owned(),
+                    (_, false) => format!("a token with {}", scopes.join(" or ")),
+                };
+                page.push_str(&format!("\nNeeds {token}.\n"));
+                if let Some(parameters) = operation["parameters"].as_array().filter(|list| !list.is_empty()) {
+                    page.push_str(
+                        "\n| parameter | in | type | required | meaning |\n|---|---|---|---|---|\n",
+                    );
+                    for parameter in parameters {
+                        page.push_str(&format!(
+                            "| `{}` | {} | {} | {} | {} |\n",
+                            parameter["name"].as_str().unwrap_or_default(),
+                            parameter["in"].as_str().unwrap_or_default(),
+                            schema_type(&parameter["schema"]),
+                            if parameter["required"] == Value::Bool(true) {
+                                "yes"
+                            } else {
+                                "no"
+                            },
+                            cell(parameter["description"].as_str().unwrap_or_default())
+                        ));
+                    }
+                }
+                let body = &operation["requestBody"]["content"]["application/json"];
+                if body.is_object() {
+                    let table = fields(&document, &body["schema"]);
+                    if !table.is_empty() {
+                        page.push_str(&format!("\nBody:\n\n{table}"));
+                    }
+                    if !body["example"].is_null() {
+                        let example = serde_json::to_string_pretty(&body["example"]).unwrap_or_default();
+                        page.push_str(&format!("\nFor example:\n\n```json\n{example}\n```\n"));
+                    }
+                }
+                let responses = operation["responses"].as_object().cloned().unwrap_or_default();
+                let (success, failure): (Vec<_>, Vec<_>) = responses
+                    .iter()
+                    .partition(|(status, _)| status.starts_with('2') || status.starts_with('3'));
+                for (status, response) in success {
+                    let schema = &response["content"]["application/json"]["schema"];
+                    let named = schema["$ref"]
+                        .as_str()
+                        .and_then(|reference| reference.rsplit('/').next());
+                    page.push_str(&format!(
+                        "\nAnswers {status}: {}{}\n",
+                        cell(response["description"].as_str().unwrap_or_default()),
+                        named.map(|name| format!(" (`{name}`)")).unwrap_or_default()
+                    ));
+                    let table = fields(&document, schema);
+                    if !table.is_empty() {
+                        page.push_str(&format!("\n{table}"));
+                    }
+                }
+                if !failure.is_empty() {
+                    let mut statuses: Vec<&str> = failure.iter().map(|(status, _)| status.as_str()).collect();
+                    statuses.sort_unstable();
+                    page.push_str(&format!("\nErrors: {}.\n", statuses.join(", ")));
+                }
+            }
+        }
     }
     page
 }

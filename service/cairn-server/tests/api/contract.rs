@@ -237,6 +237,31 @@ fn the_metrics_reference_is_current() {
     );
 }
 
+const REST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/reference/rest.md");
+
+/// The REST reference renders every operation of the OpenAPI document (rewrite it with
+/// `CAIRN_UPDATE_SNAPSHOT=1`).
+#[test]
+fn the_rest_reference_is_current() {
+    let rendered = cairn_server::reference::rest();
+    for route in ROUTES {
+        let heading = format!("### `{} {}`", route.method.to_uppercase(), route.path);
+        assert!(rendered.contains(&heading), "{heading} is not in the reference");
+    }
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a test's own switch, not service configuration"
+    )]
+    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
+        std::fs::write(REST, &rendered).expect("write the page");
+    }
+    let page = std::fs::read_to_string(REST).expect("read the page");
+    assert!(
+        page == rendered,
+        "{REST} is not what the OpenAPI document renders; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
+    );
+}
+
 #[test]
 fn the_document_describes_every_route_fully() {
     let document = cairn_server::openapi::document();
