@@ -289,6 +289,21 @@ impl CairnMcp {
         Self::tool_router().list_all()
     }
 
+    /// Every prompt as `prompts/list` describes it.
+    pub fn prompts() -> Vec<Prompt> {
+        let mut query = PromptArgument::new("query");
+        query.description = Some("Also include memories relevant to this text".into());
+        query.required = Some(false);
+        let mut user = PromptArgument::new("user");
+        user.description = Some("The user, when the token is not bound to one".into());
+        user.required = Some(false);
+        vec![Prompt::new(
+            CONTEXT_PROMPT,
+            Some("What Cairn knows about the user, as a block to put at the start of a conversation"),
+            Some(vec![query, user]),
+        )]
+    }
+
     #[tool(
         description = "Recall the memories (facts, episodes, playbooks) most relevant to a query. Only current facts unless include_history is set.",
         annotations(read_only_hint = true, open_world_hint = false)
@@ -569,17 +584,7 @@ impl ServerHandler for CairnMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        let mut query = PromptArgument::new("query");
-        query.description = Some("Also include memories relevant to this text".into());
-        query.required = Some(false);
-        let mut user = PromptArgument::new("user");
-        user.description = Some("The user, when the token is not bound to one".into());
-        user.required = Some(false);
-        Ok(ListPromptsResult::with_all_items(vec![Prompt::new(
-            CONTEXT_PROMPT,
-            Some("What Cairn knows about the user, as a block to put at the start of a conversation"),
-            Some(vec![query, user]),
-        )]))
+        Ok(ListPromptsResult::with_all_items(CairnMcp::prompts()))
     }
 
     async fn get_prompt(

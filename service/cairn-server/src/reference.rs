@@ -702,10 +702,10 @@ pub fn errors() -> String {
     page
 }
 
-const MCP_TOOLS: &str = r#"# MCP tools
+const MCP_TOOLS: &str = r#"# MCP tools and prompts
 
 The tools `/mcp` lists (`tools/list`), with their arguments as their JSON schemas give
-them; [Agents: MCP](../guides/mcp.md) shows how to connect a client. A token bound to a
+them, and its prompts (`prompts/list`); [Agents: MCP](../guides/mcp.md) shows how to connect a client. A token bound to a
 user (`cairn token mint --user`) fixes the user and `user` may be left out; otherwise
 every call names it. Errors carry the [REST error codes](errors.md). This page is
 generated from the tool definitions in `service/cairn-server/src/mcp.rs` and checked by
@@ -818,6 +818,30 @@ pub fn mcp_tools() -> String {
                     "no"
                 }
             ));
+        }
+    }
+    page.push_str("\n## Prompts\n");
+    for prompt in crate::mcp::CairnMcp::prompts() {
+        page.push_str(&format!(
+            "\n### `{}`\n\n{}\n",
+            prompt.name,
+            sentence(prompt.description.as_deref().unwrap_or_default())
+        ));
+        let arguments = prompt.arguments.unwrap_or_default();
+        if !arguments.is_empty() {
+            page.push_str("\n| argument | required | meaning |\n|---|---|---|\n");
+            for argument in arguments {
+                page.push_str(&format!(
+                    "| `{}` | {} | {} |\n",
+                    argument.name,
+                    if argument.required == Some(true) {
+                        "yes"
+                    } else {
+                        "no"
+                    },
+                    sentence(argument.description.as_deref().unwrap_or_default())
+                ));
+            }
         }
     }
     page
