@@ -91,6 +91,7 @@ pub fn vocabulary() -> Vec<String> {
         include_str!("../../../docs/src/getting-started.md"),
         include_str!("../../../docs/src/guides/clients.md"),
         include_str!("../../../docs/src/guides/console.md"),
+        include_str!("../../../docs/src/guides/frameworks.md"),
         include_str!("../../../docs/src/guides/mcp.md"),
         include_str!("../../../docs/src/guides/review.md"),
         include_str!("../../../docs/src/introduction.md"),
