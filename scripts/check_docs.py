@@ -91,6 +91,13 @@ def main() -> int:
     for page in sorted(BOOK.rglob("*.md")):
         if page != summary and page.resolve() not in listed:
             broken.append(f"{page.relative_to(ROOT)}: not listed in docs/src/SUMMARY.md")
+    # The plots must be what their figures render (scripts/plots.py).
+    import plots
+
+    stale = [name for name, content in plots.render().items()
+             if not (BOOK / "results" / name).exists() or (BOOK / "results" / name).read_text() != content]
+    broken.extend(f"docs/src/results/{name}: differs from figures.json; run python3 scripts/plots.py"
+                  for name in stale)
     for line in broken:
         print(f"docs: {line}", file=sys.stderr)
     pages = sum(1 for page in BOOK.rglob("*.md") if page != summary)

@@ -109,6 +109,7 @@ pub fn vocabulary() -> Vec<String> {
         include_str!("../../../docs/src/reference/metrics.md"),
         include_str!("../../../docs/src/reference/rest.md"),
         include_str!("../../../docs/src/results/benchmarks.md"),
+        include_str!("../../../docs/src/results/history.md"),
         include_str!("../../../evals/scenarios/scenarios.json"),
         include_str!("../../../evals/scenarios/holdout.json"),
         "possibility generalizations relational conditional archaeology hopefulness \
