@@ -794,30 +794,9 @@ pub fn mcp_tools() -> String {
         if !said.is_empty() {
             page.push_str(&format!("\nHints: {}.\n", said.join(", ")));
         }
-        let schema = &tool["inputSchema"];
-        let required: Vec<&str> = schema["required"]
-            .as_array()
-            .map(|names| names.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let Some(properties) = schema["properties"].as_object() else {
-            continue;
-        };
-        page.push_str("\n| argument | type | required | meaning |\n|---|---|---|---|\n");
-        for (argument, property) in properties {
-            let meaning = property["description"]
-                .as_str()
-                .unwrap_or_default()
-                .replace('\n', " ")
-                .replace('|', "\\|");
-            page.push_str(&format!(
-                "| `{argument}` | {} | {} | {meaning} |\n",
-                schema_type(property),
-                if required.contains(&argument.as_str()) {
-                    "yes"
-                } else {
-                    "no"
-                }
-            ));
+        let table = properties_table(&tool["inputSchema"], "argument");
+        if !table.is_empty() {
+            page.push_str(&format!("\n{table}"));
         }
     }
     page.push_str("\n## Prompts\n");
@@ -1004,6 +983,12 @@ fn fields(document: &Value, schema: &Value) -> String {
         Some(name) => &document["components"]["schemas"][name],
         None => schema,
     };
+    properties_table(schema, "field")
+}
+
+/// A table of an object schema's properties (`noun` heads the first column): type,
+/// whether required, meaning. Empty when the schema has no properties.
+fn properties_table(schema: &Value, noun: &str) -> String {
     let Some(properties) = schema["properties"].as_object() else {
         return String::new();
     };
@@ -1011,7 +996,7 @@ fn fields(document: &Value, schema: &Value) -> String {
         .as_array()
         .map(|names| names.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let mut table = String::from("| field | type | required | meaning |\n|---|---|---|---|\n");
+    let mut table = format!("| {noun} | type | required | meaning |\n|---|---|---|---|\n");
     for (name, property) in properties {
         table.push_str(&format!(
             "| `{name}` | {} | {} | {} |\n",

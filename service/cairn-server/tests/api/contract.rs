@@ -19,18 +19,23 @@ const SNAPSHOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openapi.json"
 fn openapi_document_matches_its_snapshot() {
     let document = cairn_server::openapi::document();
     let rendered = serde_json::to_string_pretty(&document).expect("render") + "\n";
+    assert_current(SNAPSHOT, &rendered, "the OpenAPI document is now");
+}
+
+/// Fails unless the file at `path` holds `rendered` (what `what` names renders). With
+/// `CAIRN_UPDATE_SNAPSHOT=1` the file is rewritten first, for review in the diff.
+fn assert_current(path: &str, rendered: &str, what: &str) {
     #[expect(
         clippy::disallowed_methods,
         reason = "a test's own switch, not service configuration"
     )]
-    let update = std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some();
-    if update {
-        std::fs::write(SNAPSHOT, &rendered).expect("write the snapshot");
+    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
+        std::fs::write(path, rendered).expect("write the file");
     }
-    let snapshot = std::fs::read_to_string(SNAPSHOT).expect("read the snapshot");
+    let current = std::fs::read_to_string(path).expect("read the file");
     assert!(
-        snapshot == rendered,
-        "the OpenAPI document changed; review it and rewrite {SNAPSHOT} with CAIRN_UPDATE_SNAPSHOT=1"
+        current == rendered,
+        "{path} is not what {what}; review the change and rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
     );
 }
 
@@ -54,18 +59,7 @@ fn the_configuration_reference_is_current() {
         "rows naming a setting twice or one that does not exist: {wrong:?}"
     );
     let rendered = cairn_server::reference::markdown();
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a test's own switch, not service configuration"
-    )]
-    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
-        std::fs::write(CONFIGURATION, &rendered).expect("write the page");
-    }
-    let page = std::fs::read_to_string(CONFIGURATION).expect("read the page");
-    assert!(
-        page == rendered,
-        "{CONFIGURATION} is not what the settings render; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
-    );
+    assert_current(CONFIGURATION, &rendered, "the settings render");
 }
 
 const COMMAND_LINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/reference/cli.md");
@@ -83,18 +77,7 @@ fn the_command_line_reference_is_current() {
     ] {
         assert!(rendered.contains(command), "{command} is not in the reference");
     }
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a test's own switch, not service configuration"
-    )]
-    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
-        std::fs::write(COMMAND_LINE, &rendered).expect("write the page");
-    }
-    let page = std::fs::read_to_string(COMMAND_LINE).expect("read the page");
-    assert!(
-        page == rendered,
-        "{COMMAND_LINE} is not what the command line renders; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
-    );
+    assert_current(COMMAND_LINE, &rendered, "the command line renders");
 }
 
 const ERRORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/reference/errors.md");
@@ -162,18 +145,7 @@ fn the_error_reference_is_current() {
         );
     }
     let rendered = cairn_server::reference::errors();
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a test's own switch, not service configuration"
-    )]
-    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
-        std::fs::write(ERRORS, &rendered).expect("write the page");
-    }
-    let page = std::fs::read_to_string(ERRORS).expect("read the page");
-    assert!(
-        page == rendered,
-        "{ERRORS} is not what the error codes render; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
-    );
+    assert_current(ERRORS, &rendered, "the error codes render");
 }
 
 const MCP_TOOLS: &str = concat!(
@@ -194,18 +166,7 @@ fn the_mcp_tools_reference_is_current() {
         );
     }
     assert!(rendered.contains("| `query` | string | yes |"), "{rendered}");
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a test's own switch, not service configuration"
-    )]
-    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
-        std::fs::write(MCP_TOOLS, &rendered).expect("write the page");
-    }
-    let page = std::fs::read_to_string(MCP_TOOLS).expect("read the page");
-    assert!(
-        page == rendered,
-        "{MCP_TOOLS} is not what the tools describe; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
-    );
+    assert_current(MCP_TOOLS, &rendered, "the tools describe");
 }
 
 const METRICS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/reference/metrics.md");
@@ -223,18 +184,7 @@ fn the_metrics_reference_is_current() {
     ] {
         assert!(rendered.contains(family), "{family} is not in {rendered}");
     }
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a test's own switch, not service configuration"
-    )]
-    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
-        std::fs::write(METRICS, &rendered).expect("write the page");
-    }
-    let page = std::fs::read_to_string(METRICS).expect("read the page");
-    assert!(
-        page == rendered,
-        "{METRICS} is not what /metrics exposes; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
-    );
+    assert_current(METRICS, &rendered, "/metrics exposes");
 }
 
 const REST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/reference/rest.md");
@@ -248,18 +198,7 @@ fn the_rest_reference_is_current() {
         let heading = format!("### `{} {}`", route.method.to_uppercase(), route.path);
         assert!(rendered.contains(&heading), "{heading} is not in the reference");
     }
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a test's own switch, not service configuration"
-    )]
-    if std::env::var_os("CAIRN_UPDATE_SNAPSHOT").is_some() {
-        std::fs::write(REST, &rendered).expect("write the page");
-    }
-    let page = std::fs::read_to_string(REST).expect("read the page");
-    assert!(
-        page == rendered,
-        "{REST} is not what the OpenAPI document renders; rewrite it with CAIRN_UPDATE_SNAPSHOT=1"
-    );
+    assert_current(REST, &rendered, "the OpenAPI document renders");
 }
 
 #[test]
