@@ -970,6 +970,40 @@ impl Cairn {
         Ok(())
     }
 
+    /// The candidate's vector from the reference model, with the model, when the
+    /// service runs another one (see [`Consolidator::with_reference`]).
+    async fn reference_vector(
+        &self,
+        text: &str,
+    ) -> Result<Option<(&Arc<dyn cairn_core::Embedder>, Vec<f32>)>> {
+        let Some(reference) = &self.consolidator.reference else {
+            return Ok(None);
+        };
+        let vector = reference.embed(vec![text.to_owned()]).await?.into_iter().next();
+        Ok(vector.map(|vector| (reference, vector)))
+    }
+
+    /// The current facts the judge is shown: the nearest by the stored vectors, or,
+    /// with a reference model, the nearest by it among [`REFERENCE_POOL`] times as
+    /// many picked by the stored vectors.
+    async fn shown_to_judge(
+        &self,
+        working: &WorkingSet,
+        text: &str,
+        vector: Option<&[f32]>,
+        by_reference: Option<&(&Arc<dyn cairn_core::Embedder>, Vec<f32>)>,
+    ) -> Result<Vec<ShownFact>> {
+        let limit = self.settings.consolidation.judge_shown;
+        let scale = self.similarity_scale();
+        Ok(match by_reference {
+            Some((reference, own)) => {
+                let pool = shown_facts(working, text, vector, scale, limit.saturating_mul(REFERENCE_POOL));
+                compared_by_reference(reference.as_ref(), own, pool, limit).await?
+            }
+            None => shown_facts(working, text, vector, scale, limit),
+        })
+    }
+
     /// Runs one candidate through the gates in order (see `gates`), adding its changes
     /// and decision to `plan`.
     async fn gate_candidate(
@@ -997,17 +1031,7 @@ impl Cairn {
 
         // Statements are compared by meaning with the reference model when the service's
         // own is another (see `Consolidator::with_reference`).
-        let by_reference = match &self.consolidator.reference {
-            Some(reference) => {
-                let vector = reference
-                    .embed(vec![candidate.text.clone()])
-                    .await?
-                    .into_iter()
-                    .next();
-                vector.map(|vector| (reference, vector))
-            }
-            None => None,
-        };
+        let by_reference = self.reference_vector(&candidate.text).await?;
         let (compared, scale) = match &by_reference {
             Some((reference, own)) => (Some(own.as_slice()), reference.similarity_scale()),
             None => (vector, self.similarity_scale()),
@@ -1124,25 +1148,9 @@ impl Cairn {
         }
 
         // Gate 4: the judge, over the nearest current facts, its verdict resolved once.
-        let shown = match &by_reference {
-            Some((reference, own)) => {
-                let pool = shown_facts(
-                    working,
-                    &candidate.text,
-                    vector,
-                    self.similarity_scale(),
-                    settings.judge_shown.saturating_mul(REFERENCE_POOL),
-                );
-                compared_by_reference(reference.as_ref(), own, pool, settings.judge_shown).await?
-            }
-            None => shown_facts(
-                working,
-                &candidate.text,
-                vector,
-                self.similarity_scale(),
-                settings.judge_shown,
-            ),
-        };
+        let shown = self
+            .shown_to_judge(working, &candidate.text, vector, by_reference.as_ref())
+            .await?;
         let (outcome, reason) = if shown.is_empty() {
             (
                 gates::Outcome::New,
@@ -1607,7 +1615,7 @@ fn shown_facts(
     scale: SimilarityScale,
     limit: usize,
 ) -> Vec<ShownFact> {
-    let mut scored: Vec<(f32, &Fact)> = working
+    let scored: Vec<(f32, &Fact)> = working
         .current()
         .map(|fact| {
             let similarity = match (vector, &fact.embedding) {
@@ -1617,14 +1625,22 @@ fn shown_facts(
             (similarity, fact)
         })
         .collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
+    nearest(scored, limit)
+}
+
+/// The `limit` facts of highest similarity (ties by id), under aliases m1, m2, ....
+fn nearest<F: std::borrow::Borrow<Fact>>(mut scored: Vec<(f32, F)>, limit: usize) -> Vec<ShownFact> {
+    scored.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then_with(|| a.1.borrow().id.cmp(&b.1.borrow().id))
+    });
     scored
         .into_iter()
         .take(limit)
         .enumerate()
         .map(|(index, (similarity, fact))| ShownFact {
             alias: format!("m{}", index + 1),
-            fact: fact.clone(),
+            fact: fact.borrow().clone(),
             similarity: Some(similarity),
         })
         .collect()
@@ -1648,22 +1664,12 @@ async fn compared_by_reference(
         .embed(pool.iter().map(|shown| shown.fact.text.clone()).collect())
         .await?;
     let scale = reference.similarity_scale();
-    let mut scored: Vec<(f32, Fact)> = pool
+    let scored: Vec<(f32, Fact)> = pool
         .into_iter()
         .zip(&theirs)
         .map(|(shown, vector)| (scale.statements(own, vector), shown.fact))
         .collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
-    Ok(scored
-        .into_iter()
-        .take(limit)
-        .enumerate()
-        .map(|(index, (similarity, fact))| ShownFact {
-            alias: format!("m{}", index + 1),
-            fact,
-            similarity: Some(similarity),
-        })
-        .collect())
+    Ok(nearest(scored, limit))
 }
 
 fn new_fact(
