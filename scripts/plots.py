@@ -26,6 +26,17 @@ def svg(height, parts):
             f'<rect width="{WIDTH}" height="{height}" fill="white"/>\n{body}\n</svg>\n')
 
 
+def legend(names, left, height):
+    """A colour key along the bottom of a plot, one entry per name."""
+    parts, x = [], left
+    for number, name in enumerate(names):
+        parts.append(f'<rect x="{x}" y="{height - 28}" width="12" height="12" '
+                     f'fill="{COLOURS[number % len(COLOURS)]}"/>')
+        parts.append(text(x + 16, height - 18, name, 12))
+        x += 28 + 7 * len(name)
+    return parts
+
+
 def grouped_bars(plot):
     """Vertical bars: one group per category, one bar per series (missing values left out)."""
     categories, series = plot["categories"], plot["series"]
@@ -57,12 +68,7 @@ def grouped_bars(plot):
             parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" height="{bar_h:.1f}" '
                          f'fill="{COLOURS[number % len(COLOURS)]}"/>')
             parts.append(text(x + (bar_w - 2) / 2, y - 4, f"{value:g}", 10, "middle", fill="#333"))
-    legend_x = left
-    for number, one in enumerate(series):
-        parts.append(f'<rect x="{legend_x}" y="{height - 28}" width="12" height="12" '
-                     f'fill="{COLOURS[number % len(COLOURS)]}"/>')
-        parts.append(text(legend_x + 16, height - 18, one["name"], 12))
-        legend_x += 28 + 7 * len(one["name"])
+    parts.extend(legend([one["name"] for one in series], left, height))
     return svg(height, parts)
 
 
@@ -82,12 +88,7 @@ def horizontal_bars(plot):
         parts.append(text(left - 8, y + 16, row["name"], 12, "end"))
         parts.append(f'<rect x="{left}" y="{y + 4:.1f}" width="{width:.1f}" height="{row_h - 8}" fill="{colour}"/>')
         parts.append(text(left + width + 6, y + 17, f"{row['value']:.3f}", 11, fill="#333"))
-    legend_x = left
-    for number, group in enumerate(groups):
-        parts.append(f'<rect x="{legend_x}" y="{height - 28}" width="12" height="12" '
-                     f'fill="{COLOURS[number % len(COLOURS)]}"/>')
-        parts.append(text(legend_x + 16, height - 18, group, 12))
-        legend_x += 28 + 7 * len(group)
+    parts.extend(legend(groups, left, height))
     return svg(height, parts)
 
 
