@@ -6,6 +6,7 @@ import http.server
 import json
 import re
 import threading
+from pathlib import Path
 
 
 class Collector(http.server.BaseHTTPRequestHandler):
@@ -68,3 +69,27 @@ def test_log_lines_carry_the_trace_id_when_tracing_is_on(make_server):
         assert re.fullmatch(r"[0-9a-f]{32}", trace_id) and trace_id != "0" * 32, line
         assert line["span"]["request_id"]
     assert completed(plain) and all("trace_id" not in line["span"] for line in completed(plain))
+
+
+def test_every_logged_field_is_in_the_log_fields_reference(make_server, tmp_path):
+    """What the service's own modules write at debug level, on requests that succeed and
+    one that fails, uses only fields the reference page lists."""
+    reference = (Path(__file__).resolve().parents[2] / "docs/src/reference/logs.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z_]+)` \|", reference, re.MULTILINE))
+    server = make_server(extra_env={"CAIRN_LOG_LEVEL": "debug", "CAIRN_LOG_FORMAT": "json"}).start()
+    token = server.mint("acme")
+    assert server.call("POST", "/v1/users/u1/facts", token, {"text": "The user reads references"}).status == 201
+    assert server.call("POST", "/v1/users/u1/recall", token, {"query": "references"}).status == 200
+    assert server.call("POST", "/v1/users/u1/facts", token, {"text": ""}).status == 422
+    server.stop()
+    lines = [json.loads(line) for line in server.log.read_text().splitlines() if line.startswith("{")]
+    assert any(line.get("span", {}).get("tenant") == "acme" for line in lines), lines[-5:]
+    seen = set()
+    for line in lines:
+        assert {"timestamp", "level", "target", "fields"} <= line.keys(), line
+        if not line["target"].startswith("cairn"):
+            continue  # a library's own debug lines
+        seen |= {key for key in line["fields"] if key != "message"}
+        seen |= {key for key in line.get("span", {}) if key != "name"}
+    assert {"request_id", "route", "status", "latency_ms"} <= seen, seen
+    assert seen <= listed, f"logged but not in the reference: {sorted(seen - listed)}"

@@ -964,6 +964,46 @@ pub fn metrics() -> String {
     page
 }
 
+const LOGS: &str = r#"# Log fields
+
+Logs are JSON lines on standard output (`CAIRN_LOG_FORMAT=text` writes them for people
+instead; `CAIRN_LOG_LEVEL` filters them, `info` by default). Each line has `timestamp`
+(UTC), `level`, `target` (the module that wrote it) and `fields.message`; the event's own
+values sit beside `message` under `fields`, and a line written while a request is served
+carries the request's context under `span`:
+
+```json
+{"timestamp":"2026-12-01T02:45:57.680960Z","level":"INFO","fields":{"message":"request completed","status":201,"latency_ms":4.1},"target":"cairn_server::http","span":{"name":"request","request_id":"req_01a2…","method":"POST","route":"/v1/users/{user}/facts","tenant":"acme","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}}
+```
+
+Logs name records by id and count; the service does not log memory text. This page is
+generated from the field table in `service/cairn-server/src/telemetry.rs`, which the test
+suite compares with every logging call in the sources.
+
+| field | under | meaning |
+|---|---|---|
+"#;
+
+/// The log fields reference page.
+pub fn logs() -> String {
+    use crate::telemetry::{FieldPlace, LOG_FIELDS};
+    let mut page = String::from(LOGS);
+    for place in [FieldPlace::Span, FieldPlace::Event] {
+        for field in LOG_FIELDS.iter().filter(|field| field.place == place) {
+            let under = match place {
+                FieldPlace::Span => "`span`",
+                FieldPlace::Event => "`fields`",
+            };
+            page.push_str(&format!(
+                "| `{}` | {under} | {} |\n",
+                field.name,
+                cell(field.meaning)
+            ));
+        }
+    }
+    page
+}
+
 const REST: &str = r#"# REST API
 
 Every route, grouped as the OpenAPI document (`/openapi.json`) groups them, with the

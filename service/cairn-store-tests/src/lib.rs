@@ -106,6 +106,7 @@ pub fn vocabulary() -> Vec<String> {
         include_str!("../../../docs/src/reference/configuration.md"),
         include_str!("../../../docs/src/reference/errors.md"),
         include_str!("../../../docs/src/reference/mcp-tools.md"),
+        include_str!("../../../docs/src/reference/logs.md"),
         include_str!("../../../docs/src/reference/metrics.md"),
         include_str!("../../../docs/src/reference/rest.md"),
         include_str!("../../../docs/src/results/benchmarks.md"),

@@ -411,3 +411,157 @@ async fn bodies_in_array_form_are_refused() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(answer["items"], serde_json::json!([]), "{answer}");
 }
+
+const LOGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/reference/logs.md");
+
+/// The log fields reference lists exactly the fields the sources log: every `tracing`
+/// event and span of every crate is read, and each named field must be in the table of
+/// `telemetry.rs`, each listed field used (rewrite the page with `CAIRN_UPDATE_SNAPSHOT=1`).
+#[test]
+fn the_log_fields_reference_is_current() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut logged = std::collections::BTreeSet::new();
+    let mut calls = 0;
+    for source in rust_sources(&root) {
+        let text = std::fs::read_to_string(&source).expect("read a source file");
+        for arguments in logging_calls(&text) {
+            calls += 1;
+            logged.extend(logged_fields(&arguments));
+        }
+    }
+    assert!(
+        calls > 40,
+        "only {calls} logging calls were found; the scanner is broken"
+    );
+    for expected in ["request_id", "tenant", "status", "latency_ms", "error", "job"] {
+        assert!(
+            logged.contains(expected),
+            "{expected} was not found among {logged:?}"
+        );
+    }
+    let listed: std::collections::BTreeSet<String> = cairn_server::telemetry::LOG_FIELDS
+        .iter()
+        .map(|field| field.name.to_owned())
+        .collect();
+    assert_eq!(
+        listed.len(),
+        cairn_server::telemetry::LOG_FIELDS.len(),
+        "a field is listed twice"
+    );
+    let missing: Vec<_> = logged.difference(&listed).collect();
+    let unused: Vec<_> = listed.difference(&logged).collect();
+    assert!(missing.is_empty(), "logged but not in LOG_FIELDS: {missing:?}");
+    assert!(unused.is_empty(), "in LOG_FIELDS but never logged: {unused:?}");
+    assert_current(
+        LOGS,
+        &cairn_server::reference::logs(),
+        "the log field table renders",
+    );
+}
+
+/// Every `.rs` file under a `src` directory of the service's crates.
+fn rust_sources(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut pending: Vec<std::path::PathBuf> = std::fs::read_dir(root)
+        .expect("list the crates")
+        .filter_map(|entry| entry.ok().map(|entry| entry.path().join("src")))
+        .filter(|path| path.is_dir())
+        .collect();
+    while let Some(directory) = pending.pop() {
+        for entry in std::fs::read_dir(&directory).expect("list a source directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|extension| extension == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The argument lists of the `tracing` events and spans in `text`, each split at its
+/// top-level commas (string literals and brackets respected), with whether it is a span.
+fn logging_calls(text: &str) -> Vec<(bool, Vec<String>)> {
+    const MACROS: [&str; 7] = [
+        "trace",
+        "debug",
+        "info",
+        "warn",
+        "error",
+        "info_span",
+        "debug_span",
+    ];
+    let mut calls = Vec::new();
+    for (start, _) in text.match_indices("tracing::") {
+        let rest = &text[start + "tracing::".len()..];
+        let Some(name) = MACROS.iter().find(|name| rest.starts_with(&format!("{name}!("))) else {
+            continue;
+        };
+        let body = &rest[name.len() + 2..];
+        let (mut depth, mut quoted, mut escaped) = (1_usize, false, false);
+        let (mut arguments, mut current) = (Vec::new(), String::new());
+        for character in body.chars() {
+            if quoted {
+                current.push(character);
+                match (escaped, character) {
+                    (true, _) => escaped = false,
+                    (false, '\\') => escaped = true,
+                    (false, '"') => quoted = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match character {
+                '"' => {
+                    quoted = true;
+                    current.push(character);
+                }
+                '(' | '[' | '{' => {
+                    depth += 1;
+                    current.push(character);
+                }
+                ')' | ']' | '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                    current.push(character);
+                }
+                ',' if depth == 1 => arguments.push(std::mem::take(&mut current).trim().to_owned()),
+                _ => current.push(character),
+            }
+        }
+        if !current.trim().is_empty() {
+            arguments.push(current.trim().to_owned());
+        }
+        calls.push((name.ends_with("span"), arguments));
+    }
+    calls
+}
+
+/// The field names of one call: `name = value`, `name` and `%name`/`?name` shorthands,
+/// up to the message (an event's format arguments follow it; a span's name comes first).
+fn logged_fields((span, arguments): &(bool, Vec<String>)) -> Vec<String> {
+    let mut fields = Vec::new();
+    for (index, argument) in arguments.iter().enumerate() {
+        if argument.starts_with('"') {
+            if *span && index == 0 {
+                continue;
+            }
+            break;
+        }
+        let bare = argument.trim_start_matches(['%', '?']);
+        let name: String = bare
+            .chars()
+            .take_while(|character| character.is_ascii_alphanumeric() || *character == '_')
+            .collect();
+        let after = bare[name.len()..].trim_start();
+        let shorthand = after.is_empty();
+        let assigned = after.starts_with('=') && !after.starts_with("==");
+        if !name.is_empty() && (shorthand || assigned) {
+            fields.push(name);
+        }
+    }
+    fields
+}
