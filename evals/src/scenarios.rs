@@ -588,6 +588,7 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
                 input_price_per_mtok: 0.0,
                 output_price_per_mtok: 0.0,
                 max_output_tokens: 1024,
+                response_format: Default::default(),
             })?;
             let mut consolidator = Consolidator::new(
                 Arc::new(LlmExtractor::new(client.clone())),

@@ -78,6 +78,9 @@ pub struct Extraction {
     pub usage: Usage,
     /// Items the extractor returned but validation rejected, with the reason.
     pub rejected: Vec<String>,
+    /// Set when the model's output could not be used at all: the run fails with this
+    /// error once the tokens spent on it (`usage`) are counted.
+    pub unusable: Option<String>,
 }
 
 #[async_trait]

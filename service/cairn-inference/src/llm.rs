@@ -44,6 +44,73 @@ impl ProviderKind {
     }
 }
 
+/// How an OpenAI-compatible request asks for output that follows the schema.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResponseFormat {
+    /// `{"type": "json_schema", "json_schema": {"name", "schema", "strict": true}}`: OpenAI,
+    /// Azure, Ollama, vLLM, LM Studio and llama.cpp's `llama-server`.
+    #[default]
+    JsonSchema,
+    /// `{"type": "json_object", "schema": …}`: servers that constrain JSON mode by a schema
+    /// given beside it (llama-cpp-python's server, which refuses `json_schema`).
+    JsonObject,
+}
+
+impl ResponseFormat {
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "json_schema" => Some(ResponseFormat::JsonSchema),
+            "json_object" => Some(ResponseFormat::JsonObject),
+            _ => None,
+        }
+    }
+
+    /// The `response_format` member of a chat-completions request.
+    fn request(self, tool: &str, schema: &Value) -> Value {
+        match self {
+            ResponseFormat::JsonSchema => json!({
+                "type": "json_schema",
+                "json_schema": { "name": tool, "schema": schema, "strict": true }
+            }),
+            ResponseFormat::JsonObject => json!({ "type": "json_object", "schema": bounded(schema) }),
+        }
+    }
+}
+
+/// Longest string and list a grammar-constrained server may generate (`json_object`).
+const GRAMMAR_MAX_LENGTH: u64 = 400;
+const GRAMMAR_MAX_ITEMS: u64 = 8;
+
+/// `schema` with a length bound on every string and list that has none. A server that
+/// turns the schema into a grammar then cannot let a small model repeat itself until
+/// the output limit cuts the object short; what it answers is still checked by every
+/// gate. (OpenAI's strict mode refuses some of these keywords, so `json_schema`
+/// requests go as they are.)
+fn bounded(schema: &Value) -> Value {
+    match schema {
+        Value::Object(fields) => {
+            let mut out: serde_json::Map<String, Value> = fields
+                .iter()
+                .map(|(key, value)| (key.clone(), bounded(value)))
+                .collect();
+            let types: Vec<&str> = match fields.get("type") {
+                Some(Value::String(kind)) => vec![kind.as_str()],
+                Some(Value::Array(kinds)) => kinds.iter().filter_map(Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            if types.contains(&"string") && !fields.contains_key("enum") {
+                out.entry("maxLength").or_insert(json!(GRAMMAR_MAX_LENGTH));
+            }
+            if types.contains(&"array") {
+                out.entry("maxItems").or_insert(json!(GRAMMAR_MAX_ITEMS));
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(bounded).collect()),
+        other => other.clone(),
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct LlmConfig {
     pub kind: ProviderKind,
@@ -63,6 +130,9 @@ pub struct LlmConfig {
     pub input_price_per_mtok: f64,
     pub output_price_per_mtok: f64,
     pub max_output_tokens: u32,
+    /// How OpenAI-compatible requests ask for schema-shaped output (not used by Anthropic,
+    /// which is asked for a tool call).
+    pub response_format: ResponseFormat,
 }
 
 /// How a provider error starts when the model's output was unusable twice.
@@ -76,10 +146,20 @@ pub struct LlmClient {
     name: String,
 }
 
-/// What a structured call returned: the parsed object and what it cost.
+/// What a structured call returned: the parsed object, or why the model's output could
+/// not be used after the corrective retry, and what the calls cost either way.
 struct Reply {
-    value: Value,
+    value: std::result::Result<Value, String>,
     usage: Usage,
+}
+
+impl Reply {
+    /// The object, or the provider error of output unusable twice.
+    fn object(&self) -> Result<&Value> {
+        self.value
+            .as_ref()
+            .map_err(|problem| Error::Provider(format!("{UNPARSEABLE}: {problem}")))
+    }
 }
 
 impl LlmClient {
@@ -97,13 +177,17 @@ impl LlmClient {
     }
 
     /// Asks for one JSON object matching `schema`. Unparseable output gets one
-    /// corrective retry that shows the model its answer and the parse error.
+    /// corrective retry that shows the model its answer and the parse error; the tokens
+    /// of both calls are in the reply even when the second answer is unusable too.
     async fn structured(&self, system: &str, user: &str, tool: &str, schema: &Value) -> Result<Reply> {
         let mut usage = Usage::default();
         let (text, spent) = self.call(system, user, None, tool, schema).await?;
         usage.add(spent);
         match parse_lenient(&text) {
-            Ok(value) => Ok(Reply { value, usage }),
+            Ok(value) => Ok(Reply {
+                value: Ok(value),
+                usage,
+            }),
             Err(problem) => {
                 let correction = format!(
                     "Your previous answer could not be parsed as JSON ({problem}). Answer again with only \
@@ -113,9 +197,10 @@ impl LlmClient {
                     .call(system, user, Some((&text, &correction)), tool, schema)
                     .await?;
                 usage.add(spent);
-                let value = parse_lenient(&text)
-                    .map_err(|problem| Error::Provider(format!("{UNPARSEABLE}: {problem}")))?;
-                Ok(Reply { value, usage })
+                Ok(Reply {
+                    value: parse_lenient(&text),
+                    usage,
+                })
             }
         }
     }
@@ -179,10 +264,7 @@ impl LlmClient {
                     "messages": all,
                     "temperature": 0,
                     "max_tokens": self.config.max_output_tokens,
-                    "response_format": {
-                        "type": "json_schema",
-                        "json_schema": { "name": tool, "schema": schema, "strict": true }
-                    }
+                    "response_format": self.config.response_format.request(tool, schema)
                 });
                 let base = self.config.base_url.trim_end_matches('/');
                 let url = match (&self.config.kind, &self.config.api_version) {
@@ -567,17 +649,27 @@ impl Extractor for LlmExtractor {
                 &extraction_schema(),
             )
             .await?;
+        let value = match reply.object() {
+            Ok(value) => value,
+            Err(error) => {
+                return Ok(Extraction {
+                    usage: reply.usage,
+                    unusable: Some(error.to_string()),
+                    ..Extraction::default()
+                });
+            }
+        };
         let mut extraction = Extraction {
             usage: reply.usage,
             ..Extraction::default()
         };
-        for item in reply.value["facts"].as_array().into_iter().flatten() {
+        for item in value["facts"].as_array().into_iter().flatten() {
             match candidate_fact(item) {
                 Ok(fact) => extraction.facts.push(fact),
                 Err(reason) => extraction.rejected.push(reason),
             }
         }
-        for item in reply.value["playbooks"].as_array().into_iter().flatten() {
+        for item in value["playbooks"].as_array().into_iter().flatten() {
             match candidate_playbook(item) {
                 Ok(playbook) => extraction.playbooks.push(playbook),
                 Err(reason) => extraction.rejected.push(reason),
@@ -609,25 +701,21 @@ impl Judge for LlmJudge {
         for fact in shown {
             prompt.push_str(&format!("{}: {}\n", fact.alias, fact.fact.text));
         }
-        let reply = match self
+        let reply = self
             .client
             .structured(JUDGE_SYSTEM, &prompt, "record_judgement", &judge_schema())
-            .await
-        {
-            Ok(reply) => reply,
-            Err(Error::Provider(message)) if message.starts_with(UNPARSEABLE) => {
-                return Ok(Judgement {
-                    verdict: Verdict::New,
-                    reason: "the judge's answer was unusable; kept as new".to_owned(),
-                    usage: Usage::default(),
-                });
-            }
-            Err(error) => return Err(error),
+            .await?;
+        let Ok(value) = reply.object() else {
+            return Ok(Judgement {
+                verdict: Verdict::New,
+                reason: "the judge's answer was unusable; kept as new".to_owned(),
+                usage: reply.usage,
+            });
         };
-        let reason = reply.value["reason"].as_str().unwrap_or_default().to_owned();
-        let target = reply.value["target"].as_str().map(str::to_owned);
+        let reason = value["reason"].as_str().unwrap_or_default().to_owned();
+        let target = value["target"].as_str().map(str::to_owned);
         // Unusable output becomes NEW: never a lost or wrongly retired fact.
-        let verdict = match (reply.value["verdict"].as_str(), target) {
+        let verdict = match (value["verdict"].as_str(), target) {
             (Some("NEW"), _) => Verdict::New,
             (Some("UPDATES"), Some(alias)) => Verdict::Updates(alias),
             (Some("EXTENDS"), Some(alias)) => Verdict::Extends(alias),
@@ -635,7 +723,7 @@ impl Judge for LlmJudge {
             _ => {
                 return Ok(Judgement {
                     verdict: Verdict::New,
-                    reason: format!("the judge's answer was unusable ({}); kept as new", reply.value),
+                    reason: format!("the judge's answer was unusable ({value}); kept as new"),
                     usage: reply.usage,
                 });
             }
@@ -698,14 +786,11 @@ impl Answerer for LlmAnswerer {
             .client
             .structured(ANSWER_SYSTEM, &prompt, "record_answer", &answer_schema())
             .await?;
+        let value = reply.object()?;
         Ok(ComposedAnswer {
-            answer: reply.value["answer"]
-                .as_str()
-                .unwrap_or_default()
-                .trim()
-                .to_owned(),
-            known: reply.value["known"].as_bool().unwrap_or(false),
-            citations: strings(&reply.value["citations"]),
+            answer: value["answer"].as_str().unwrap_or_default().trim().to_owned(),
+            known: value["known"].as_bool().unwrap_or(false),
+            citations: strings(&value["citations"]),
             usage: reply.usage,
         })
     }
@@ -713,7 +798,42 @@ impl Answerer for LlmAnswerer {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_lenient;
+    use super::*;
+
+    #[test]
+    fn grammar_servers_get_bounded_strings_and_lists() {
+        let plain = extraction_schema();
+        let asked = ResponseFormat::JsonSchema.request("record", &plain);
+        assert_eq!(
+            asked["json_schema"]["schema"], plain,
+            "json_schema requests go unchanged"
+        );
+        let asked = ResponseFormat::JsonObject.request("record", &plain);
+        assert_eq!(asked["type"], "json_object");
+        let facts = &asked["schema"]["properties"]["facts"];
+        assert_eq!(facts["maxItems"], json!(GRAMMAR_MAX_ITEMS));
+        let item = &facts["items"]["properties"];
+        assert_eq!(item["text"]["maxLength"], json!(GRAMMAR_MAX_LENGTH));
+        assert_eq!(
+            item["span"]["maxLength"],
+            json!(GRAMMAR_MAX_LENGTH),
+            "a nullable string too"
+        );
+        assert!(
+            item["fact_type"].get("maxLength").is_none(),
+            "an enum is bounded already"
+        );
+        assert!(item["confidence"].get("maxLength").is_none());
+        assert_eq!(
+            item["source_episode_ids"]["items"]["maxLength"],
+            json!(GRAMMAR_MAX_LENGTH)
+        );
+        assert_eq!(
+            ResponseFormat::parse("json_object"),
+            Some(ResponseFormat::JsonObject)
+        );
+        assert_eq!(ResponseFormat::parse("text"), None);
+    }
 
     #[test]
     fn json_is_found_in_fences_and_prose() {

@@ -138,6 +138,8 @@ pub struct Config {
     pub llm_max_retry_after_ms: u64,
     pub llm_max_output_tokens: u32,
     /// US dollars per million tokens, for the cost estimate in metrics and run results.
+    /// `json_schema` or `json_object` (see `ResponseFormat`).
+    pub llm_response_format: String,
     pub llm_input_price_per_mtok: f64,
     pub llm_output_price_per_mtok: f64,
     /// Run queued consolidation jobs in the background (off: only sync and manual runs).
@@ -288,6 +290,7 @@ impl Default for Config {
             llm_retry_backoff_ms: 500,
             llm_max_retry_after_ms: 30_000,
             llm_max_output_tokens: 2_048,
+            llm_response_format: "json_schema".to_owned(),
             llm_input_price_per_mtok: 0.0,
             llm_output_price_per_mtok: 0.0,
             consolidation_worker: true,
@@ -395,6 +398,7 @@ pub(crate) const KEYS: &[(&str, Kind)] = &[
     ("llm_retry_backoff_ms", Kind::Integer),
     ("llm_max_retry_after_ms", Kind::Integer),
     ("llm_max_output_tokens", Kind::Integer),
+    ("llm_response_format", Kind::Text),
     ("llm_input_price_per_mtok", Kind::Float),
     ("llm_output_price_per_mtok", Kind::Float),
     ("consolidation_worker", Kind::Boolean),
@@ -838,6 +842,12 @@ impl Config {
                 "is required when CAIRN_LLM_BASE_URL or CAIRN_LLM_MODEL is set",
             ));
         }
+        if cairn_inference::llm::ResponseFormat::parse(&self.llm_response_format).is_none() {
+            return Err(config_error(
+                "CAIRN_LLM_RESPONSE_FORMAT",
+                "must be json_schema or json_object",
+            ));
+        }
         if self.llm_timeout_ms == 0 {
             return Err(config_error("CAIRN_LLM_TIMEOUT_MS", "must be positive"));
         }
@@ -1001,6 +1011,8 @@ impl Config {
             input_price_per_mtok: self.llm_input_price_per_mtok,
             output_price_per_mtok: self.llm_output_price_per_mtok,
             max_output_tokens: self.llm_max_output_tokens,
+            response_format: cairn_inference::llm::ResponseFormat::parse(&self.llm_response_format)
+                .unwrap_or_default(),
         })
     }
 

@@ -330,6 +330,12 @@ const ROWS: &[Row] = &[
         default: Default::Code,
     },
     Row {
+        names: r#"`CAIRN_LLM_RESPONSE_FORMAT`"#,
+        keys: &["llm_response_format"],
+        meaning: r#"how an OpenAI-compatible request asks for output shaped by the schema: `json_schema` (OpenAI, Azure, Ollama, vLLM, LM Studio, llama.cpp's `llama-server`) or `json_object` with the schema beside it (llama-cpp-python's server)"#,
+        default: Default::Code,
+    },
+    Row {
         names: r#"`CAIRN_LLM_INPUT_PRICE_PER_MTOK`, `CAIRN_LLM_OUTPUT_PRICE_PER_MTOK`"#,
         keys: &["llm_input_price_per_mtok", "llm_output_price_per_mtok"],
         meaning: r#"US dollars per million tokens, for the cost in run results and `cairn_llm_cost_usd_total`"#,

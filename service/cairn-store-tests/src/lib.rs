@@ -99,6 +99,7 @@ pub fn vocabulary() -> Vec<String> {
         include_str!("../../../docs/src/operators/export-import.md"),
         include_str!("../../../docs/src/operators/helm.md"),
         include_str!("../../../docs/src/operators/image.md"),
+        include_str!("../../../docs/src/operators/local-models.md"),
         include_str!("../../../docs/src/operators/observability.md"),
         include_str!("../../../docs/src/operators/replicas.md"),
         include_str!("../../../docs/src/operators/search-cluster.md"),

@@ -683,19 +683,23 @@ impl Cairn {
             plan.changes.push(Change::RequireEpisodes(
                 episodes.iter().map(|episode| episode.id.clone()).collect(),
             ));
-            self.plan_batch(
-                scope,
-                &mut plan,
-                &mut working,
-                &retracted,
-                BatchInput {
-                    episodes,
-                    earlier,
-                    assistant_context: assistant_context.clone(),
-                },
-            )
-            .await?;
+            let planned = self
+                .plan_batch(
+                    scope,
+                    &mut plan,
+                    &mut working,
+                    &retracted,
+                    BatchInput {
+                        episodes,
+                        earlier,
+                        assistant_context: assistant_context.clone(),
+                    },
+                )
+                .await;
+            // Tokens the provider spent count against the budget whether or not the
+            // batch could be planned: a model that keeps failing must not spend for free.
             self.charge_tokens(scope, &plan.usage).await;
+            planned?;
             outcome.usage.add(plan.usage);
             let next_watermark = watermark.max(last);
             let last_batch = self.store.episodes_after(scope, last, 1).await?.is_empty();
@@ -860,6 +864,9 @@ impl Cairn {
         };
         let extraction = self.consolidator.extractor.extract(&input).await?;
         plan.usage.add(extraction.usage);
+        if let Some(problem) = extraction.unusable {
+            return Err(Error::Provider(problem));
+        }
         for rejected in &extraction.rejected {
             plan.decide(
                 DecisionKind::Refused,

@@ -1993,3 +1993,59 @@ async fn a_job_that_keeps_killing_its_worker_is_dead_lettered() {
     assert_eq!(jobs[0]["state"], "dead", "{jobs:?}");
     store.delete_indices().await.expect("clean up");
 }
+
+/// Tokens spent on output the model got wrong twice count against the tenant's budget:
+/// a run that fails on unusable output still charges what the provider reported, so a
+/// model that keeps failing cannot spend without limit through retried jobs.
+#[actix_web::test]
+async fn tokens_spent_on_unusable_output_count_against_the_budget() {
+    let script = Arc::new(Mutex::new(Script {
+        extract: vec![(
+            "I love Lisbon",
+            vec![("The user loves Lisbon.", "preference", None)],
+        )],
+        faults: vec![Fault::Malformed, Fault::Malformed].into(),
+        ..Script::default()
+    }));
+    let url = fake_llm(Arc::clone(&script)).await;
+    let harness = harness_with(move |config| {
+        llm_config(config, "openai", url);
+        config.consolidation_token_budget = 1_000_000;
+    })
+    .await;
+    let service = &harness.service;
+    let owner = token("acme", ALL);
+    let failed = ingest!(service, &owner, "ines", [{ "role": "user", "content": "I love Lisbon" }]);
+    assert_eq!(failed["consolidation"]["ran"], false, "{failed}");
+    assert!(
+        failed["consolidation"]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("unparseable")),
+        "{failed}"
+    );
+    assert!(facts!(service, &owner, "ines").is_empty());
+    assert_eq!(
+        script.lock().expect("lock").calls,
+        2,
+        "one call and its corrective retry"
+    );
+
+    let (status, body, _) = call(
+        service,
+        Method::POST,
+        "/v1/users/ines/consolidate",
+        Some(&owner),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let this_run = body["usage"]["input_tokens"].as_u64().unwrap_or(0)
+        + body["usage"]["output_tokens"].as_u64().unwrap_or(0);
+    let used = body["token_budget"]["used_today"].as_u64().unwrap_or(0);
+    assert!(this_run > 0, "{body}");
+    // The failed run's two calls each reported 40 output tokens and their input.
+    assert!(
+        used >= this_run + 80,
+        "the failed run's tokens were not charged: {used} used, {this_run} by the run that worked"
+    );
+}
