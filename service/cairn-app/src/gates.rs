@@ -134,6 +134,22 @@ pub(crate) fn restates(tombstone: &Tombstone, episode: &Episode, value: &str) ->
     episode.ingested_at > tombstone.created_at && language::states_value(&episode.text, value)
 }
 
+/// Whether `episode` restates the value `matched` retired, for a `candidate` that
+/// matched it ([`matching_tombstone`]). By fingerprint the candidate is that value, so
+/// the episode must state the candidate. By meaning the candidate may hold another
+/// value (a new name where a retracted one stood): the episode must state the retracted
+/// fact itself, so that saying something else never lifts the tombstone of a value the
+/// user took back.
+pub(crate) fn restates_retracted(matched: &Retracted, episode: &Episode, candidate: &str) -> bool {
+    if matched.tombstone.fingerprint == fingerprint(candidate) {
+        return restates(&matched.tombstone, episode, candidate);
+    }
+    matched
+        .fact
+        .as_ref()
+        .is_some_and(|fact| restates(&matched.tombstone, episode, &fact.text))
+}
+
 /// The change that lifts a tombstone.
 pub(crate) fn lift(tombstone_id: &str, at: DateTime<Utc>) -> Change {
     Change::LiftTombstone {
@@ -371,6 +387,63 @@ mod tests {
             ..old
         };
         assert!(restates(&tombstone, &newer, &retracted.text));
+    }
+
+    /// A tombstone matched by meaning is lifted only by the retracted value said again,
+    /// never by an episode that states the candidate's other value.
+    #[test]
+    fn only_the_retracted_value_said_again_lifts_a_tombstone_matched_by_meaning() {
+        let at = Utc::now();
+        let bob = fact("The user's name is Bob", at);
+        let matched = Retracted {
+            tombstone: Tombstone {
+                id: new_id("tomb"),
+                fingerprint: fingerprint(&bob.text),
+                fact_id: bob.id.clone(),
+                reason: TombstoneReason::Retracted,
+                created_at: at,
+                lifted_at: None,
+            },
+            fact: Some(bob.clone()),
+        };
+        let said = |text: &str| Episode {
+            id: new_id("epi"),
+            session_id: None,
+            text: text.into(),
+            occurred_at: at,
+            ingested_at: at + chrono::Duration::seconds(1),
+            embedding: None,
+        };
+        let robert = "The user's name is Robert";
+        let new_name = said("My name is Robert");
+        assert!(
+            restates(&matched.tombstone, &new_name, robert),
+            "the episode states the candidate"
+        );
+        assert!(
+            !restates_retracted(&matched, &new_name, robert),
+            "but not the retracted value: Bob's tombstone stays"
+        );
+        assert!(restates_retracted(
+            &matched,
+            &said("Actually my name is Bob"),
+            robert
+        ));
+        let same = "the user's NAME is bob";
+        assert!(
+            restates_retracted(&matched, &said("My name is Bob"), same),
+            "by fingerprint"
+        );
+        assert!(!restates_retracted(&matched, &said("My name is Robert"), same));
+        let forgotten = Retracted {
+            tombstone: matched.tombstone.clone(),
+            fact: None,
+        };
+        assert!(!restates_retracted(
+            &forgotten,
+            &said("Actually my name is Bob"),
+            robert
+        ));
     }
 
     /// The apply gate's changes commit on the embedded store with the statuses they promise.

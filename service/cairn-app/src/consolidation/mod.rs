@@ -1061,7 +1061,7 @@ impl Cairn {
                 .source_episode_ids
                 .iter()
                 .filter_map(|id| episodes.get(id.as_str()))
-                .filter(|episode| gates::restates(tombstone, episode, &candidate.text))
+                .filter(|episode| gates::restates_retracted(value, episode, &candidate.text))
                 .max_by_key(|episode| episode.ingested_at);
             let Some(evidence) = restatement else {
                 // The reason names the tombstone, never the value: a forgotten value
