@@ -675,26 +675,13 @@ mod tests {
         let now = Utc::now();
         cairn_core::ShownFact {
             alias: alias.to_owned(),
-            fact: cairn_core::Fact {
-                id: cairn_core::new_id("fact"),
-                fact_type: cairn_core::FactType::World,
-                text: text.to_owned(),
-                confidence: 0.9,
-                status: FactStatus::Active,
-                source_episode_ids: Vec::new(),
-                source_span: None,
-                created_at: now,
-                superseded_at: None,
-                superseded_by: None,
-                retracted_at: None,
-                retraction_reason: None,
-                valid_from: None,
-                valid_to: None,
-                expires_at: None,
-                last_used_at: None,
-                use_count: 0,
-                embedding: None,
-            },
+            fact: cairn_core::Fact::new_active(
+                cairn_core::new_id("fact"),
+                cairn_core::FactType::World,
+                text.to_owned(),
+                0.9,
+                now,
+            ),
             similarity: None,
         }
     }

@@ -564,24 +564,14 @@ mod tests {
 
     fn fact(text: &str, status: FactStatus) -> Fact {
         Fact {
-            id: cairn_core::new_id("fact"),
-            fact_type: FactType::World,
-            text: text.to_owned(),
-            confidence: 0.9,
             status,
-            source_episode_ids: Vec::new(),
-            source_span: None,
-            created_at: Utc::now(),
-            superseded_at: None,
-            superseded_by: None,
-            retracted_at: None,
-            retraction_reason: None,
-            valid_from: None,
-            valid_to: None,
-            expires_at: None,
-            last_used_at: None,
-            use_count: 0,
-            embedding: None,
+            ..Fact::new_active(
+                cairn_core::new_id("fact"),
+                FactType::World,
+                text.to_owned(),
+                0.9,
+                Utc::now(),
+            )
         }
     }
 

@@ -82,24 +82,17 @@ impl Cairn {
         let value_fingerprint = fingerprint(&text);
         let embedding = self.embed_one(&text).await?;
         let mut fact = Fact {
-            id: new_id("fact"),
-            fact_type: input.fact_type.unwrap_or(FactType::World),
-            text,
-            confidence,
-            status: FactStatus::Active,
-            source_episode_ids: Vec::new(),
-            source_span: None,
-            created_at,
-            superseded_at: None,
-            superseded_by: None,
-            retracted_at: None,
-            retraction_reason: None,
             valid_from: input.valid_from,
             valid_to: input.valid_to,
             expires_at: input.expires_at,
-            last_used_at: None,
-            use_count: 0,
             embedding,
+            ..Fact::new_active(
+                new_id("fact"),
+                input.fact_type.unwrap_or(FactType::World),
+                text,
+                confidence,
+                created_at,
+            )
         };
 
         let mut changes = Vec::new();

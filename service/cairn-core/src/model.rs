@@ -144,6 +144,37 @@ pub struct Fact {
 }
 
 impl Fact {
+    /// A fact as it is first stored: active, never used, superseded or retracted, and
+    /// without evidence, event time, expiry or vector (struct update syntax adds those).
+    pub fn new_active(
+        id: String,
+        fact_type: FactType,
+        text: String,
+        confidence: f32,
+        created_at: DateTime<Utc>,
+    ) -> Fact {
+        Fact {
+            id,
+            fact_type,
+            text,
+            confidence,
+            status: FactStatus::Active,
+            source_episode_ids: Vec::new(),
+            source_span: None,
+            created_at,
+            superseded_at: None,
+            superseded_by: None,
+            retracted_at: None,
+            retraction_reason: None,
+            valid_from: None,
+            valid_to: None,
+            expires_at: None,
+            last_used_at: None,
+            use_count: 0,
+            embedding: None,
+        }
+    }
+
     /// The status this fact had at `as_of`, on both clocks: a fact superseded after
     /// `as_of` was still active then, and an active fact past its expiry is expired.
     /// `None` means Cairn had not learned it yet at `as_of`.

@@ -195,24 +195,15 @@ pub fn session_episode(text: &str) -> Episode {
 
 pub fn fact(text: &str, created_at: DateTime<Utc>) -> Fact {
     Fact {
-        id: new_id("fact"),
-        fact_type: FactType::Preference,
-        text: text.to_owned(),
-        confidence: 0.9,
-        status: FactStatus::Active,
         source_episode_ids: vec!["epi_1".into()],
-        source_span: None,
-        created_at,
-        superseded_at: None,
-        superseded_by: None,
-        retracted_at: None,
-        retraction_reason: None,
-        valid_from: None,
-        valid_to: None,
-        expires_at: None,
-        last_used_at: None,
-        use_count: 0,
         embedding: Some(vec![0.25, -0.5, 1.0]),
+        ..Fact::new_active(
+            new_id("fact"),
+            FactType::Preference,
+            text.to_owned(),
+            0.9,
+            created_at,
+        )
     }
 }
 

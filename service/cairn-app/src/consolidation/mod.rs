@@ -1696,25 +1696,20 @@ fn new_fact(
         said_at.unwrap_or(created_at) + Duration::milliseconds((hours * 3_600_000.0).round() as i64)
     });
     Fact {
-        id,
-        fact_type: candidate.fact_type,
-        text: candidate.text.trim().to_owned(),
-        confidence: candidate.confidence,
-        status: FactStatus::Active,
         source_episode_ids: candidate.source_episode_ids.clone(),
         source_span: candidate.span.clone(),
-        created_at,
-        superseded_at: None,
-        superseded_by: None,
-        retracted_at: None,
-        retraction_reason: None,
         // Event time: from the statement's own date, else from when it was said.
         valid_from: candidate.valid_from.or(said_at.map(|at| at.min(created_at))),
         valid_to: candidate.valid_to,
         expires_at,
-        last_used_at: None,
-        use_count: 0,
         embedding,
+        ..Fact::new_active(
+            id,
+            candidate.fact_type,
+            candidate.text.trim().to_owned(),
+            candidate.confidence,
+            created_at,
+        )
     }
 }
 

@@ -4,8 +4,7 @@
 #![allow(dead_code)]
 
 use cairn_core::{
-    Change, ChangeSet, Embedder, Fact, FactStatus, FactType, MemoryStore, Permission, Principal, Scope,
-    TenantId, new_id,
+    Change, ChangeSet, Embedder, Fact, FactType, MemoryStore, Permission, Principal, Scope, TenantId, new_id,
 };
 use std::time::Duration;
 
@@ -145,24 +144,8 @@ pub async fn load(
         });
         for (text, vector) in texts.into_iter().zip(vectors) {
             change_set.changes.push(Change::InsertFact(Fact {
-                id: new_id("fact"),
-                fact_type: FactType::World,
-                text,
-                confidence: 1.0,
-                status: FactStatus::Active,
-                source_episode_ids: Vec::new(),
-                source_span: None,
-                created_at: chrono::Utc::now(),
-                superseded_at: None,
-                superseded_by: None,
-                retracted_at: None,
-                retraction_reason: None,
-                valid_from: None,
-                valid_to: None,
-                expires_at: None,
-                last_used_at: None,
-                use_count: 0,
                 embedding: Some(vector),
+                ..Fact::new_active(new_id("fact"), FactType::World, text, 1.0, chrono::Utc::now())
             }));
         }
         store.commit(scope, change_set).await.expect("load");
