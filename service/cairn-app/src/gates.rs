@@ -245,21 +245,28 @@ pub(crate) fn supersede(
 
 /// The changes that retract a fact and tombstone its value.
 pub(crate) fn retraction(fact: &Fact, reason: Option<&str>, at: DateTime<Utc>) -> Vec<Change> {
-    vec![
-        Change::RetractFact {
-            fact_id: fact.id.clone(),
-            reason: reason.map(str::to_owned),
-            at,
-        },
-        Change::InsertTombstone(Tombstone {
-            id: new_id("tomb"),
-            fingerprint: fingerprint(&fact.text),
-            fact_id: fact.id.clone(),
-            reason: TombstoneReason::Retracted,
-            created_at: at,
-            lifted_at: None,
-        }),
-    ]
+    vec![retract(fact, reason, at), tombstone(fact, at)]
+}
+
+/// The change that retracts a fact (its value is not tombstoned by it).
+pub(crate) fn retract(fact: &Fact, reason: Option<&str>, at: DateTime<Utc>) -> Change {
+    Change::RetractFact {
+        fact_id: fact.id.clone(),
+        reason: reason.map(str::to_owned),
+        at,
+    }
+}
+
+/// The change that tombstones a retracted fact's value.
+pub(crate) fn tombstone(fact: &Fact, at: DateTime<Utc>) -> Change {
+    Change::InsertTombstone(Tombstone {
+        id: new_id("tomb"),
+        fingerprint: fingerprint(&fact.text),
+        fact_id: fact.id.clone(),
+        reason: TombstoneReason::Retracted,
+        created_at: at,
+        lifted_at: None,
+    })
 }
 
 /// The link of a fact that adds detail to another (both stay current).

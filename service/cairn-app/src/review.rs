@@ -15,8 +15,8 @@ use crate::{Cairn, RequestContext, audit_event, decision, now};
 use cairn_core::text::fingerprint;
 use cairn_core::{
     Change, ChangeSet, Decision, DecisionKind, Error, ErrorCode, Fact, FactStatus, FactType, Page,
-    PageRequest, Result, Review, ReviewKind, ReviewStatus, ReviewSummary, Scope, TenantScope, Tombstone,
-    TombstoneReason, UserReview, new_id,
+    PageRequest, Result, Review, ReviewKind, ReviewStatus, ReviewSummary, Scope, TenantScope, UserReview,
+    new_id,
 };
 use std::collections::HashMap;
 
@@ -521,20 +521,9 @@ impl Cairn {
             by: scope.subject().to_owned(),
             note: reason.clone(),
         })
-        .with(Change::RetractFact {
-            fact_id: fact.id.clone(),
-            reason: Some(retraction.clone()),
-            at,
-        });
+        .with(gates::retract(&fact, Some(&retraction), at));
         if tombstone {
-            change_set = change_set.with(Change::InsertTombstone(Tombstone {
-                id: new_id("tomb"),
-                fingerprint: fingerprint(&fact.text),
-                fact_id: fact.id.clone(),
-                reason: TombstoneReason::Retracted,
-                created_at: at,
-                lifted_at: None,
-            }));
+            change_set = change_set.with(gates::tombstone(&fact, at));
         }
         let rejected = decision(
             DecisionKind::Rejected,
