@@ -649,12 +649,12 @@ impl Extractor for LlmExtractor {
                 &extraction_schema(),
             )
             .await?;
-        let value = match reply.object() {
+        let value = match &reply.value {
             Ok(value) => value,
-            Err(error) => {
+            Err(problem) => {
                 return Ok(Extraction {
                     usage: reply.usage,
-                    unusable: Some(error.to_string()),
+                    unusable: Some(format!("{UNPARSEABLE}: {problem}")),
                     ..Extraction::default()
                 });
             }
