@@ -9,6 +9,9 @@
 //! three modes — episodes only (RAG), memory (facts), both — and two pipelines: the
 //! offline extractor and judge, and an LLM provider that is a FAKE: a scripted server on
 //! loopback answering what an ideal model would, so the real client and gates run.
+//! With `--llm URL`, a third pipeline runs against a real OpenAI-compatible server (a
+//! local model: `scripts/llm start`); its failed runs are counted, not fatal, and each
+//! pipeline's gate refusals, tokens and time per episode are printed beside the others.
 
 mod harness;
 
@@ -19,7 +22,7 @@ use cairn_app::{
 };
 use cairn_core::{FactStatus, Memory, MemoryStore, PageRequest, Scope, StatusFilter, Tier};
 use cairn_inference::OnnxEmbedder;
-use cairn_inference::llm::{LlmClient, LlmConfig, LlmExtractor, LlmJudge, ProviderKind};
+use cairn_inference::llm::{LlmClient, LlmConfig, LlmExtractor, LlmJudge, ProviderKind, ResponseFormat};
 use cairn_store_sqlite::SqliteStore;
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
@@ -136,6 +139,29 @@ struct Score {
     entities_missed: Vec<String>,
 }
 
+/// A real model server for the `llm` pipeline.
+struct LocalLlm {
+    url: String,
+    model: String,
+    format: ResponseFormat,
+    max_tokens: u32,
+}
+
+/// What a pipeline's gates refused and what its runs cost, over every scenario.
+#[derive(Default)]
+struct Costs {
+    episodes: usize,
+    /// Synchronous runs (and the final re-read) that failed: the model's output was
+    /// unusable twice, or the provider failed.
+    failed_runs: usize,
+    runs: usize,
+    /// Decisions by kind, and judge verdicts naming an alias it was not shown.
+    decisions: BTreeMap<&'static str, usize>,
+    aliases_refused: usize,
+    tokens: u64,
+    seconds: f64,
+}
+
 fn scope_of(index: usize, pipeline: &str) -> anyhow::Result<Scope> {
     harness::scope(&format!("scenario-{pipeline}-{index}"), "user", "scenario-eval")
 }
@@ -245,7 +271,13 @@ fn answer(script: &Script, prompt: &str) -> Value {
     json!({ "facts": facts, "playbooks": [] })
 }
 
-async fn ingest(cairn: &Cairn, scope: &Scope, turn: &Turn, at: DateTime<Utc>) -> anyhow::Result<()> {
+/// Ingests one turn and consolidates it at once; answers why the run failed, if it did.
+async fn ingest(
+    cairn: &Cairn,
+    scope: &Scope,
+    turn: &Turn,
+    at: DateTime<Utc>,
+) -> anyhow::Result<Option<String>> {
     let context = RequestContext {
         request_id: "scenario".into(),
     };
@@ -273,10 +305,7 @@ async fn ingest(cairn: &Cairn, scope: &Scope, turn: &Turn, at: DateTime<Utc>) ->
             },
         )
         .await?;
-    if let Some(error) = outcome.consolidation.error {
-        anyhow::bail!("consolidation failed: {error}");
-    }
-    Ok(())
+    Ok(outcome.consolidation.error)
 }
 
 async fn retract(cairn: &Cairn, store: &dyn MemoryStore, scope: &Scope, needle: &str) -> anyhow::Result<()> {
@@ -321,9 +350,27 @@ async fn run_scenario(
     pipeline: &str,
     scenario: &Scenario,
     scores: &mut BTreeMap<(&'static str, String), Score>,
+    costs: &mut Costs,
     trace: bool,
 ) -> anyhow::Result<()> {
     let scope = scope_of(index, pipeline)?;
+    let started = std::time::Instant::now();
+    // Only a real model may fail a run; with it, failures are figures, not errors.
+    let tolerant = pipeline == "llm";
+    let failed = |error: Option<String>, costs: &mut Costs| -> anyhow::Result<()> {
+        costs.runs += 1;
+        match error {
+            None => Ok(()),
+            Some(error) if tolerant => {
+                costs.failed_runs += 1;
+                if trace {
+                    eprintln!("[{pipeline}] {}: a run failed: {error}", scenario.name);
+                }
+                Ok(())
+            }
+            Some(error) => anyhow::bail!("consolidation failed: {error}"),
+        }
+    };
     if let Some(script) = script {
         let mut script = script.lock().map_err(|_| anyhow::anyhow!("script lock"))?;
         script.facts.clear();
@@ -356,16 +403,22 @@ async fn run_scenario(
             retract: None,
             after_hours: None,
         };
-        ingest(cairn, &scope, &turn, base + Duration::hours(hour)).await?;
+        failed(
+            ingest(cairn, &scope, &turn, base + Duration::hours(hour)).await?,
+            costs,
+        )?;
+        costs.episodes += 1;
         hour += 1;
     }
     for (position, turn) in scenario.turns.iter().enumerate() {
         if position > 0 {
             hour += turn.after_hours.unwrap_or(1) - 1;
         }
-        ingest(cairn, &scope, turn, base + Duration::hours(hour))
+        let error = ingest(cairn, &scope, turn, base + Duration::hours(hour))
             .await
             .with_context(|| format!("scenario {:?}", scenario.name))?;
+        failed(error, costs)?;
+        costs.episodes += 1;
         if let Some(needle) = &turn.retract {
             retract(cairn, store, &scope, &needle.to_lowercase()).await?;
         }
@@ -375,7 +428,7 @@ async fn run_scenario(
     let context = RequestContext {
         request_id: "scenario".into(),
     };
-    cairn
+    let reread = cairn
         .consolidate(
             &scope,
             &context,
@@ -385,7 +438,29 @@ async fn run_scenario(
                 ..ConsolidateOptions::default()
             },
         )
+        .await;
+    failed(reread.err().map(|error| error.to_string()), costs)?;
+    costs.seconds += started.elapsed().as_secs_f64();
+    costs.tokens += cairn
+        .token_budget(&scope)
+        .await
+        .map_or(0, |budget| budget.used_today);
+    let decisions = store
+        .list_decisions(
+            &scope,
+            None,
+            &PageRequest {
+                limit: 1000,
+                cursor: None,
+            },
+        )
         .await?;
+    for decision in &decisions.items {
+        *costs.decisions.entry(decision.kind.as_str()).or_default() += 1;
+        if decision.reason.contains("which it was not shown") {
+            costs.aliases_refused += 1;
+        }
+    }
     if !scenario.entities.is_empty() {
         let found = cairn.entities(&scope).await?;
         let plain = |text: &str| text.to_lowercase().trim_end_matches("'s").to_owned();
@@ -519,9 +594,54 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or_else(|| "evals/scenarios/scenarios.json".into()),
     );
     let models = PathBuf::from(arguments.next().unwrap_or_else(|| ".models".into()));
-    let verbose = arguments.any(|argument| argument == "--verbose");
-    harness::runtime()?.block_on(run(data, models, verbose))?;
+    let mut options = Options::default();
+    let mut llm_url = None;
+    let mut llm = LocalLlm {
+        url: String::new(),
+        model: "smollm2-135m".into(),
+        format: ResponseFormat::JsonObject,
+        max_tokens: 512,
+    };
+    while let Some(argument) = arguments.next() {
+        let mut value = |name: &str| {
+            arguments
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("{name} needs a value"))
+        };
+        match argument.as_str() {
+            "--verbose" => options.verbose = true,
+            "--llm" => llm_url = Some(value("--llm")?),
+            "--llm-model" => llm.model = value("--llm-model")?,
+            "--llm-format" => {
+                llm.format = ResponseFormat::parse(&value("--llm-format")?)
+                    .ok_or_else(|| anyhow::anyhow!("--llm-format: json_schema or json_object"))?;
+            }
+            "--llm-max-tokens" => llm.max_tokens = value("--llm-max-tokens")?.parse()?,
+            "--limit" => options.limit = Some(value("--limit")?.parse()?),
+            "--pipelines" => {
+                options.pipelines = Some(value("--pipelines")?.split(',').map(str::to_owned).collect());
+            }
+            other => anyhow::bail!(
+                "unknown option {other}; options: --verbose, --llm URL, --llm-model NAME, \
+                 --llm-format json_schema|json_object, --llm-max-tokens N, --limit N, --pipelines a,b"
+            ),
+        }
+    }
+    options.llm = llm_url.map(|url| LocalLlm { url, ..llm });
+    harness::runtime()?.block_on(run(data, models, options))?;
     Ok(())
+}
+
+/// How `scenarios` runs beyond its two paths.
+#[derive(Default)]
+struct Options {
+    verbose: bool,
+    /// The real model of the `llm` pipeline.
+    llm: Option<LocalLlm>,
+    /// Only the first scenarios (a slow model's sample).
+    limit: Option<usize>,
+    /// The pipelines to run: `offline`, `scripted-llm`, and `llm` with `--llm`.
+    pipelines: Option<Vec<String>>,
 }
 
 /// One printed figure: a pipeline's Recall@3 and stale count in one mode.
@@ -534,10 +654,26 @@ struct Figure {
     scenarios: usize,
 }
 
-async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Vec<Figure>> {
-    let suite: Suite = serde_json::from_str(
+async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result<Vec<Figure>> {
+    let verbose = options.verbose;
+    let mut suite: Suite = serde_json::from_str(
         &std::fs::read_to_string(&data).with_context(|| format!("cannot read {}", data.display()))?,
     )?;
+    if let Some(limit) = options.limit {
+        suite.scenarios.truncate(limit);
+    }
+    let mut pipelines: Vec<&'static str> = vec!["offline", "scripted-llm"];
+    if options.llm.is_some() {
+        pipelines.push("llm");
+    }
+    if let Some(chosen) = &options.pipelines {
+        for name in chosen {
+            if !pipelines.contains(&name.as_str()) {
+                anyhow::bail!("--pipelines: {name} is not one of {pipelines:?} (llm needs --llm)");
+            }
+        }
+        pipelines.retain(|pipeline| chosen.iter().any(|name| name == pipeline));
+    }
     let embedder = Arc::new(OnnxEmbedder::load(&harness::embedder_config(&models))?);
     // As the service does: consolidation compares statements with the reference model.
     let reference: Option<Arc<dyn cairn_core::Embedder>> = match harness::embedder_config(&models).reference()
@@ -548,9 +684,13 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
     let script = Arc::new(Mutex::new(Script::default()));
     let fake_url = serve_fake(Arc::clone(&script)).await?;
     println!(
-        "{} scenarios, {} filler messages each, k = {K}; the LLM provider is a scripted FAKE on loopback\n",
+        "{} scenarios, {} filler messages each, k = {K}; the scripted-llm provider is a FAKE on loopback{}\n",
         suite.scenarios.len(),
-        FILLERS_PER_SCENARIO
+        FILLERS_PER_SCENARIO,
+        options.llm.as_ref().map_or(String::new(), |llm| format!(
+            "; the llm pipeline is {} at {} ({} output tokens at most)",
+            llm.model, llm.url, llm.max_tokens
+        ))
     );
     let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
     for scenario in &suite.scenarios {
@@ -560,13 +700,16 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
     println!("| pipeline | mode | Recall@3 | stale rate |");
     println!("|---|---|---|---|");
     let mut figures = Vec::new();
-    for pipeline in ["offline", "scripted-llm"] {
+    let mut all_costs = Vec::new();
+    for pipeline in pipelines {
         let directory = tempfile::tempdir()?;
         let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(directory.path())?);
-        let settings = Settings {
+        let mut settings = Settings {
             bump_usage_on_recall: false,
             ..Settings::default()
         };
+        // A budget no run reaches, so that each scenario's tenant counts its tokens.
+        settings.consolidation.tenant_token_budget = u64::MAX / 4;
         let mut cairn = Cairn::new(Arc::clone(&store), Some(embedder.clone()), settings);
         if let Some(reference) = &reference {
             cairn = cairn.with_consolidator(
@@ -600,6 +743,32 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
             cairn = cairn.with_consolidator(consolidator);
             shared_script = Some(&script);
         }
+        if let (true, Some(llm)) = (pipeline == "llm", &options.llm) {
+            let client = LlmClient::new(LlmConfig {
+                kind: ProviderKind::OpenAi,
+                base_url: llm.url.clone(),
+                model: llm.model.clone(),
+                api_key: None,
+                api_version: None,
+                timeout: std::time::Duration::from_secs(600),
+                max_retries: 1,
+                backoff: std::time::Duration::from_millis(200),
+                max_retry_after: std::time::Duration::from_secs(5),
+                input_price_per_mtok: 0.0,
+                output_price_per_mtok: 0.0,
+                max_output_tokens: llm.max_tokens,
+                response_format: llm.format,
+            })?;
+            let mut consolidator = Consolidator::new(
+                Arc::new(LlmExtractor::new(client.clone())),
+                Arc::new(LlmJudge::new(client)),
+            );
+            if let Some(reference) = &reference {
+                consolidator = consolidator.with_reference(Arc::clone(reference));
+            }
+            cairn = cairn.with_consolidator(consolidator);
+        }
+        let mut costs = Costs::default();
         let mut scores: BTreeMap<(&'static str, String), Score> = BTreeMap::new();
         for (index, scenario) in suite.scenarios.iter().enumerate() {
             run_scenario(
@@ -611,10 +780,12 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
                 pipeline,
                 scenario,
                 &mut scores,
+                &mut costs,
                 verbose,
             )
             .await?;
         }
+        all_costs.push((pipeline, costs));
         for mode in Mode::ALL {
             let Some(score) = scores.get(&(mode.name(), "all".to_owned())) else {
                 continue;
@@ -664,7 +835,34 @@ async fn run(data: PathBuf, models: PathBuf, verbose: bool) -> anyhow::Result<Ve
             }
         }
     }
+    print_costs(&all_costs);
     Ok(figures)
+}
+
+/// What each pipeline's gates refused and what its runs cost, in one table.
+fn print_costs(all: &[(&str, Costs)]) {
+    println!();
+    println!(
+        "| pipeline | new | dropped ungrounded | refused | blocked by tombstone | duplicates | aliases refused | failed runs | tokens / episode | s / episode |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (pipeline, costs) in all {
+        let count = |kind: &str| costs.decisions.get(kind).copied().unwrap_or(0);
+        let episodes = costs.episodes.max(1) as f64;
+        println!(
+            "| {pipeline} | {} | {} | {} | {} | {} | {} | {}/{} | {:.0} | {:.2} |",
+            count("NEW"),
+            count("DROPPED_UNGROUNDED"),
+            count("REFUSED"),
+            count("BLOCKED_BY_TOMBSTONE"),
+            count("DUPLICATE"),
+            costs.aliases_refused,
+            costs.failed_runs,
+            costs.runs,
+            costs.tokens as f64 / episodes,
+            costs.seconds / episodes
+        );
+    }
 }
 
 #[cfg(test)]
@@ -839,7 +1037,7 @@ mod tests {
             .block_on(run(
                 root.join("evals/scenarios/holdout.json"),
                 root.join(".models"),
-                false,
+                Options::default(),
             ))
             .expect("the scenarios run");
         let memory: Vec<&Figure> = figures
