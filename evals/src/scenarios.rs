@@ -733,14 +733,7 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
                 max_output_tokens: 1024,
                 response_format: Default::default(),
             })?;
-            let mut consolidator = Consolidator::new(
-                Arc::new(LlmExtractor::new(client.clone())),
-                Arc::new(LlmJudge::new(client)),
-            );
-            if let Some(reference) = &reference {
-                consolidator = consolidator.with_reference(Arc::clone(reference));
-            }
-            cairn = cairn.with_consolidator(consolidator);
+            cairn = cairn.with_consolidator(llm_consolidator(client, reference.as_ref()));
             shared_script = Some(&script);
         }
         if let (true, Some(llm)) = (pipeline == "llm", &options.llm) {
@@ -759,14 +752,7 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
                 max_output_tokens: llm.max_tokens,
                 response_format: llm.format,
             })?;
-            let mut consolidator = Consolidator::new(
-                Arc::new(LlmExtractor::new(client.clone())),
-                Arc::new(LlmJudge::new(client)),
-            );
-            if let Some(reference) = &reference {
-                consolidator = consolidator.with_reference(Arc::clone(reference));
-            }
-            cairn = cairn.with_consolidator(consolidator);
+            cairn = cairn.with_consolidator(llm_consolidator(client, reference.as_ref()));
         }
         let mut costs = Costs::default();
         let mut scores: BTreeMap<(&'static str, String), Score> = BTreeMap::new();
@@ -837,6 +823,19 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
     }
     print_costs(&all_costs);
     Ok(figures)
+}
+
+/// Extraction and judgement through `client`, comparing statements with the
+/// reference model when the service would.
+fn llm_consolidator(client: LlmClient, reference: Option<&Arc<dyn cairn_core::Embedder>>) -> Consolidator {
+    let consolidator = Consolidator::new(
+        Arc::new(LlmExtractor::new(client.clone())),
+        Arc::new(LlmJudge::new(client)),
+    );
+    match reference {
+        Some(reference) => consolidator.with_reference(Arc::clone(reference)),
+        None => consolidator,
+    }
 }
 
 /// What each pipeline's gates refused and what its runs cost, in one table.
