@@ -1029,10 +1029,15 @@ async fn a_run_reads_the_positions_reserved_here_by_id_without_a_refresh() {
             .await
             .expect("a second process");
         elsewhere.bootstrap().await.expect("bootstrap");
+        // The episodes index made again with its scheduled refresh off from the start
+        // (the template gives it the rest): turning the setting off on a live index makes
+        // the node run one more refresh, at a moment of its own choosing.
         let episodes = format!("/{}-episodes", store.prefix());
-        let unrefreshed = serde_json::json!({ "index": { "refresh_interval": "-1" } });
+        let removed = raw_json(&url, "DELETE", &episodes).await.expect("delete");
+        assert_eq!(removed["acknowledged"], true, "{variable}: {removed}");
+        let unrefreshed = serde_json::json!({ "settings": { "index": { "refresh_interval": "-1" } } });
         assert_eq!(
-            raw_put(&url, &format!("{episodes}/_settings"), unrefreshed).await,
+            raw_put(&url, &episodes, unrefreshed).await,
             Some(200),
             "{variable}: scheduled refresh off"
         );
