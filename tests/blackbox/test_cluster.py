@@ -156,3 +156,45 @@ def test_consolidation_and_erasure_on_a_cluster(make_server, tmp_path, engine):
         assert server.call("GET", "/v1/users/ann/facts", token).json()["items"], "the other user is untouched"
     finally:
         http("DELETE", f"{main}/{prefix}-*")
+
+
+def test_a_service_on_another_embedding_model_is_refused_before_it_serves(make_server, tmp_path):
+    """Two services on one index prefix with different embedding models: the second
+    never becomes ready and refuses every read and write with the reason (no vectors of
+    its model reach the kNN index); the first keeps serving."""
+    main = cluster_url("opensearch")
+    prefix = f"cairn-bb-{uuid.uuid4().hex[:12]}"
+    operator = "space-check-operator-credential-0123456789"
+    env = {"CAIRN_BACKEND": "opensearch", "CAIRN_CLUSTER_URL": main, "CAIRN_INDEX_PREFIX": prefix,
+           "CAIRN_METRICS_TOKEN": operator}
+    first = make_server(tmp_path / "first", env).start()
+    try:
+        assert wait_for(lambda: first.call("GET", "/readyz").status == 200, 60), first.log.read_text()
+        token = first.mint("acme")
+        said = {"messages": [{"role": "user", "content": "My sister lives in Porto"}], "consolidate": "sync"}
+        assert first.call("POST", "/v1/users/sam/episodes", token, said).status == 201
+
+        second = make_server(tmp_path / "second", dict(env, CAIRN_EMBEDDING_MODEL="e5-small-v2")).start()
+
+        def refused():
+            answer = second.call("GET", "/readyz", headers={"Authorization": f"Bearer {operator}"})
+            return answer if answer.status == 503 and "e5-small-v2/384" in answer.body else None
+        readiness = wait_for(refused, 60)
+        assert readiness, second.log.read_text()
+        assert "all-minilm-l6-v2/384" in readiness.body, readiness.body
+        other = second.mint("acme")
+        write = second.call("POST", "/v1/users/sam/episodes", other,
+                            {"messages": [{"role": "user", "content": "She moved to Lisbon"}]})
+        assert write.status == 503, write.body
+        recall = second.call("POST", "/v1/users/sam/recall", other, {"query": "where does my sister live"})
+        assert recall.status == 503, recall.body
+        assert wait_for(lambda: "cannot be used as configured" in second.log.read_text(), 10), \
+            second.log.read_text()
+
+        hits = first.call("POST", "/v1/users/sam/recall", token, {"query": "where does my sister live"}).json()["hits"]
+        assert any("Porto" in hit["text"] for hit in hits), hits
+        assert http("POST", f"{main}/{prefix}-episodes/_refresh") == 200
+        found = json.loads(urllib.request.urlopen(f"{main}/{prefix}-episodes/_count", timeout=30).read())
+        assert found["count"] == 1, found
+    finally:
+        http("DELETE", f"{main}/{prefix}-*")

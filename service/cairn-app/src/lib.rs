@@ -199,6 +199,13 @@ impl Cairn {
             })
     }
 
+    /// The local embedding model's id and dimension, when one is loaded.
+    pub fn embedding_space(&self) -> Option<(String, usize)> {
+        self.embedder
+            .as_ref()
+            .map(|embedder| (embedder.model_id().to_owned(), embedder.dimension()))
+    }
+
     /// Checks the store's vectors were made by this embedder, recording it on first use.
     pub async fn claim_embedding_space(&self) -> Result<()> {
         match &self.embedder {

@@ -125,13 +125,18 @@ fn cluster_access(config: &Config) -> anyhow::Result<Access> {
 }
 
 /// Brings a search-cluster store into service in the background: bootstrap (retried
-/// every 2 s while the cluster is unreachable), then the embedding-space check. Until
-/// then readiness fails and reads and writes answer 503; a mapping that disagrees with
-/// `mappings/` stops it with the problem in the log and in every refusal.
+/// every 2 s while the cluster is unreachable), which claims the embedding space before
+/// it allows anything. Until then readiness fails and reads and writes answer 503; a
+/// mapping that disagrees with `mappings/`, or vectors of another embedding model,
+/// stop it with the problem in the log and in every refusal.
 pub fn prepare_cluster(store: ClusterStore, cairn: Cairn) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let space = cairn.embedding_space();
         loop {
-            match store.bootstrap().await {
+            let claiming = space
+                .as_ref()
+                .map(|(model, dimension)| (model.as_str(), *dimension));
+            match store.bootstrap_claiming(claiming).await {
                 Ok(report) => {
                     tracing::info!(
                         engine = store.engine().as_str(),
@@ -152,13 +157,14 @@ pub fn prepare_cluster(store: ClusterStore, cairn: Cairn) -> tokio::task::JoinHa
                              more per hit; export and import each user into a new index prefix to move them"
                         );
                     }
-                    if let Err(error) = cairn.claim_embedding_space().await {
-                        tracing::error!(error = %error, "the search cluster holds vectors of another embedding model");
-                    }
                     return;
                 }
                 Err(error @ cairn_core::Error::Conflict { .. }) => {
                     tracing::error!(error = %error, "search cluster indices do not match mappings/; not using them");
+                    return;
+                }
+                Err(error) if store.refusal().is_some() => {
+                    tracing::error!(error = %error, "the search cluster cannot be used as configured; not using it");
                     return;
                 }
                 Err(error) => {

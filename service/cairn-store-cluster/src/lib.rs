@@ -317,6 +317,15 @@ impl ClusterStore {
         }
     }
 
+    /// Why the store refuses every read and write for good (indices it must not write
+    /// into, another engine, another embedding model), if it does.
+    pub fn refusal(&self) -> Option<String> {
+        match &*self.status.read().ok()? {
+            Status::Refused(reason) => Some(reason.clone()),
+            Status::Pending(_) | Status::Ready => None,
+        }
+    }
+
     fn set_status(&self, status: Status) {
         if let Ok(mut slot) = self.status.write() {
             *slot = status;
@@ -356,6 +365,18 @@ impl ClusterStore {
     /// disagrees with the template is reported by name, left untouched, and the store
     /// refuses to read or write until it is fixed.
     pub async fn bootstrap(&self) -> Result<mappings::BootstrapReport> {
+        self.bootstrap_claiming(None).await
+    }
+
+    /// [`ClusterStore::bootstrap`] for a service embedding with `space` (model id and
+    /// dimension): the store claims it before it allows any read or write, and refuses
+    /// every one, saying why, when the stored vectors belong to another model. A
+    /// service that served first and checked after could mix another model's vectors
+    /// into the kNN index, or answer recall with vectors that do not compare.
+    pub async fn bootstrap_claiming(
+        &self,
+        space: Option<(&str, usize)>,
+    ) -> Result<mappings::BootstrapReport> {
         let (engine, version) = match self.cluster.detect().await {
             Ok(found) => found,
             Err(error) => {
@@ -384,6 +405,19 @@ impl ClusterStore {
         };
         match mappings::bootstrap(&self.cluster, &target).await {
             Ok(report) => {
+                if let Some((model_id, dimension)) = space {
+                    match self.claim_space(model_id, dimension).await {
+                        Ok(()) => {}
+                        Err(error @ Error::Unavailable(_)) => {
+                            self.set_status(Status::Refused(error.detail()));
+                            return Err(error);
+                        }
+                        Err(error) => {
+                            self.set_status(Status::Pending(error.detail()));
+                            return Err(error);
+                        }
+                    }
+                }
                 self.set_status(Status::Ready);
                 Ok(report)
             }
@@ -395,6 +429,32 @@ impl ClusterStore {
                 self.set_status(Status::Pending(error.detail()));
                 Err(error)
             }
+        }
+    }
+
+    /// Records the embedding space on first use; `Unavailable`, naming both, when the
+    /// store holds another model's vectors.
+    async fn claim_space(&self, model_id: &str, dimension: usize) -> Result<()> {
+        let body = json!({ "id": "embedding-space", "model_id": model_id, "dimension": dimension });
+        let answer = self
+            .write_if("state", "embedding-space", SYSTEM, body, None)
+            .await?;
+        if answer.ok() {
+            return Ok(());
+        }
+        let recorded = self
+            .get("state", "embedding-space", SYSTEM)
+            .await?
+            .ok_or_else(|| Error::Storage("embedding space vanished".into()))?;
+        let stored_model = recorded.source["model_id"].as_str().unwrap_or_default();
+        let stored_dimension = recorded.source["dimension"].as_u64().unwrap_or(0);
+        if stored_model == model_id && stored_dimension == dimension as u64 {
+            Ok(())
+        } else {
+            Err(Error::Unavailable(format!(
+                "the store holds vectors of {stored_model}/{stored_dimension} but the configured embedding model is \
+                 {model_id}/{dimension}; use the model the data was written with, or a new index prefix"
+            )))
         }
     }
 
@@ -1596,27 +1656,7 @@ impl MemoryStore for ClusterStore {
     }
 
     async fn claim_embedding_space(&self, model_id: &str, dimension: usize) -> Result<()> {
-        let body = json!({ "id": "embedding-space", "model_id": model_id, "dimension": dimension });
-        let answer = self
-            .write_if("state", "embedding-space", SYSTEM, body, None)
-            .await?;
-        if answer.ok() {
-            return Ok(());
-        }
-        let recorded = self
-            .get("state", "embedding-space", SYSTEM)
-            .await?
-            .ok_or_else(|| Error::Storage("embedding space vanished".into()))?;
-        let stored_model = recorded.source["model_id"].as_str().unwrap_or_default();
-        let stored_dimension = recorded.source["dimension"].as_u64().unwrap_or(0);
-        if stored_model == model_id && stored_dimension == dimension as u64 {
-            Ok(())
-        } else {
-            Err(Error::Unavailable(format!(
-                "the store holds vectors of {stored_model}/{stored_dimension} but the configured embedding model is \
-                 {model_id}/{dimension}; use the model the data was written with, or a new index prefix"
-            )))
-        }
+        self.claim_space(model_id, dimension).await
     }
 
     async fn take_rate(

@@ -42,6 +42,71 @@ async fn bootstrap_is_idempotent_and_reports_a_wrong_mapping() {
     );
 }
 
+/// A process embedding with another model than the one whose vectors the store holds
+/// is refused at bootstrap, before it could read or write anything; the process whose
+/// model the store holds keeps working, and a later process on that model is let in.
+#[tokio::test]
+async fn bootstrap_refuses_another_embedding_model_before_any_read_or_write() {
+    use cairn_core::MemoryStore;
+    let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
+        return;
+    };
+    store
+        .bootstrap_claiming(Some(("model-a", 3)))
+        .await
+        .expect("the first claim");
+    let alice = cairn_store_tests::scope("acme", "alice");
+    let episode = cairn_store_tests::session_episode("My sister lives in Porto");
+    store
+        .commit(&alice, cairn_store_tests::ingest(&alice, vec![episode.clone()]))
+        .await
+        .expect("ingest");
+
+    let connect = || cairn_store_cluster::ClusterStore::connect(&url, store.prefix(), 3);
+    let other = connect().await.expect("a second process");
+    let refused = other.bootstrap_claiming(Some(("model-b", 3))).await;
+    assert!(
+        matches!(&refused, Err(cairn_core::Error::Unavailable(message))
+            if message.contains("model-a/3") && message.contains("model-b/3")),
+        "{refused:?}"
+    );
+    assert!(other.refusal().is_some_and(|reason| reason.contains("model-a/3")));
+    let read = other.get_episode(&alice, &episode.id).await;
+    assert!(
+        matches!(&read, Err(cairn_core::Error::Unavailable(reason)) if reason.contains("model-a/3")),
+        "{read:?}"
+    );
+    let write = other
+        .commit(
+            &alice,
+            cairn_store_tests::ingest(&alice, vec![cairn_store_tests::session_episode("She moved")]),
+        )
+        .await;
+    assert!(
+        matches!(write, Err(cairn_core::Error::Unavailable(_))),
+        "{write:?}"
+    );
+
+    assert!(
+        store
+            .get_episode(&alice, &episode.id)
+            .await
+            .expect("read")
+            .is_some()
+    );
+    let same = connect().await.expect("a third process");
+    same.bootstrap_claiming(Some(("model-a", 3)))
+        .await
+        .expect("the store's own model");
+    assert!(same.refusal().is_none());
+    assert!(
+        same.get_episode(&alice, &episode.id)
+            .await
+            .expect("read")
+            .is_some()
+    );
+}
+
 #[tokio::test]
 async fn bootstrap_adds_fields_a_newer_template_brings() {
     let Some((url, store, _cleanup)) = super::unprepared("CAIRN_TEST_OPENSEARCH_URL").await else {
