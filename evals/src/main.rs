@@ -91,7 +91,7 @@ struct Tally {
 }
 
 /// The service's default settings: scaled-score fusion, BM25 0.7, kNN 0.3.
-const DEFAULT_PIPELINE: &str = "default: scaled scores 0.7/0.3, name boost 0.5";
+const DEFAULT_PIPELINE: &str = "default: scaled scores 0.7/0.3, name boost 0.5, time boost 2";
 
 const TURN_CUTS: [usize; 4] = [1, 5, 10, 25];
 const SESSION_CUTS: [usize; 3] = [1, 5, 10];
@@ -185,6 +185,14 @@ async fn ingest(cairn: &Cairn, sample: &Sample, indexing: Indexing) -> anyhow::R
     for (_, key) in sessions {
         let turns: Vec<Turn> = serde_json::from_value(sample.conversation[key].clone())
             .with_context(|| format!("{} {key}", sample.sample_id))?;
+        // Each turn is said at its session's time ("1:56 pm on 8 May, 2023").
+        let said_at = sample
+            .conversation
+            .get(&format!("{key}_date_time"))
+            .and_then(Value::as_str)
+            .map(session_time)
+            .transpose()
+            .with_context(|| format!("{} {key}_date_time", sample.sample_id))?;
         for chunk in turns.chunks(100) {
             let messages = chunk
                 .iter()
@@ -196,7 +204,7 @@ async fn ingest(cairn: &Cairn, sample: &Sample, indexing: Indexing) -> anyhow::R
                     Message {
                         role: Role::User,
                         content,
-                        timestamp: None,
+                        timestamp: said_at,
                     }
                 })
                 .collect();
@@ -246,6 +254,13 @@ async fn ingest(cairn: &Cairn, sample: &Sample, indexing: Indexing) -> anyhow::R
         questions,
         all_questions,
     })
+}
+
+/// A LoCoMo session's time, "1:56 pm on 8 May, 2023", as UTC.
+fn session_time(text: &str) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    let parsed = chrono::NaiveDateTime::parse_from_str(text, "%I:%M %P on %d %B, %Y")
+        .with_context(|| format!("a session time like \"1:56 pm on 8 May, 2023\": {text}"))?;
+    Ok(parsed.and_utc())
 }
 
 /// A fresh store: SQLite in a temporary directory (returned, so it lives as long as the
@@ -501,6 +516,25 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
                 &store,
                 Settings {
                     name_boost: boost,
+                    ..base.clone()
+                },
+            ),
+        ));
+    }
+    // The default multiplies turns said in the time a question names by 1 + 2; these
+    // rows take the time boost away or change it.
+    for (name, boost) in [
+        ("default without the time boost", 0.0),
+        ("default, time boost 0.5", 0.5),
+        ("default, time boost 1", 1.0),
+        ("default, time boost 4", 4.0),
+    ] {
+        configurations.push((
+            name,
+            on(
+                &store,
+                Settings {
+                    time_boost: boost,
                     ..base.clone()
                 },
             ),

@@ -1085,6 +1085,13 @@ export interface components {
             name_boost: number;
             /**
              * Format: double
+             * @description The multiplier for happening in the time the query asks about ("in June", "on
+             *     May 3, 2023", "last week"): 1 when the query names no time or the hit's event
+             *     time is elsewhere.
+             */
+            time_boost: number;
+            /**
+             * Format: double
              * @description The reranker's score, when a reranker rescored this hit.
              */
             rerank_score?: number | null;

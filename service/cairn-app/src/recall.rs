@@ -203,6 +203,10 @@ pub struct Explanation {
     /// The multiplier for naming what the query names (1 when it names none of it, or
     /// the boost is off; see [`crate::Settings::name_boost`]).
     pub name_boost: f64,
+    /// The multiplier for an event time in the time the query asks about (1 when the
+    /// query names no time, the hit's time is elsewhere, or the boost is off; see
+    /// [`crate::Settings::time_boost`]).
+    pub time_boost: f64,
     /// The reranker's score, when a reranker rescored this hit.
     pub rerank_score: Option<f64>,
     /// A newer current fact that holds the same single-valued slot with another value
@@ -373,6 +377,11 @@ impl Cairn {
         } else {
             query_names(&query)
         };
+        let asked = if self.settings.time_boost == 0.0 {
+            None
+        } else {
+            cairn_offline::when::asked(&query, as_of)
+        };
         let mut hits: Vec<RecallHit> = fused
             .into_iter()
             .map(|(memory, mut explanation)| {
@@ -382,12 +391,19 @@ impl Cairn {
                 } else {
                     name_multiplier(self.settings.name_boost, &names, &memory_text(&memory))
                 };
+                explanation.time_boost = match (&asked, event_time(&memory)) {
+                    (Some(asked), Some(at)) if asked.holds(at) => 1.0 + self.settings.time_boost,
+                    _ => 1.0,
+                };
                 RecallHit {
                     status: match &memory {
                         Memory::Fact(fact) => fact.status_at(as_of).unwrap_or(FactStatus::Active),
                         Memory::Episode(_) | Memory::Playbook(_) => FactStatus::Active,
                     },
-                    score: explanation.fused_score * explanation.prior * explanation.name_boost,
+                    score: explanation.fused_score
+                        * explanation.prior
+                        * explanation.name_boost
+                        * explanation.time_boost,
                     explanation: Some(explanation),
                     memory,
                 }
@@ -554,6 +570,16 @@ fn name_multiplier(boost: f64, names: &[String], text: &str) -> f64 {
         .filter(|name| written.contains(name.as_str()))
         .count();
     1.0 + boost * named as f64 / names.len() as f64
+}
+
+/// When what a memory tells of happened: an episode when it was said, a fact from when
+/// it holds (else when it was recorded); a playbook has no such time.
+fn event_time(memory: &Memory) -> Option<DateTime<Utc>> {
+    match memory {
+        Memory::Episode(episode) => Some(episode.occurred_at),
+        Memory::Fact(fact) => Some(fact.valid_from.unwrap_or(fact.created_at)),
+        Memory::Playbook(_) => None,
+    }
 }
 
 /// The text a memory is searched and shown by.

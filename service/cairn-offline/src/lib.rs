@@ -11,12 +11,14 @@
 //!   where the word lists do not name the slot;
 //! - [`language`] — stems, slots, subjects, distinctive words and word overlap, which
 //!   the write gates of `cairn-app` use as well (grounding, tombstone matching,
-//!   restatements, near-duplicates).
+//!   restatements, near-duplicates);
+//! - [`when`] — the time a question asks about ("in June", "last week").
 
 mod discourse;
 pub mod language;
 mod meaning;
 mod offline;
+pub mod when;
 
 pub use meaning::SlotMeaning;
 pub use offline::{OfflineExtractor, OfflineJudge};

@@ -109,6 +109,9 @@ pub struct Config {
     /// How much a hit that names what the query names gains (a multiplier of at most
     /// `1 + name_boost`); 0 turns it off.
     pub name_boost: f64,
+    /// How much a hit whose event time falls in the time the query names gains (a
+    /// multiplier of `1 + time_boost`); 0 turns it off.
+    pub time_boost: f64,
     /// Recall priors (multipliers on fused scores); 0 turns each off.
     pub recency_weight: f64,
     pub recency_half_life_days: f64,
@@ -269,6 +272,7 @@ impl Default for Config {
             // Measured on LoCoMo (evals/run --only "name boost"): chosen on conversations
             // 1-3, held on 4-5.
             name_boost: 0.5,
+            time_boost: cairn_app::Settings::default().time_boost,
             recency_weight: 0.0,
             recency_half_life_days: 30.0,
             usage_weight: 0.0,
@@ -377,6 +381,7 @@ pub(crate) const KEYS: &[(&str, Kind)] = &[
     ("knn_candidates", Kind::Integer),
     ("episode_context_weight", Kind::Float),
     ("name_boost", Kind::Float),
+    ("time_boost", Kind::Float),
     ("recency_weight", Kind::Float),
     ("recency_half_life_days", Kind::Float),
     ("usage_weight", Kind::Float),
@@ -784,11 +789,13 @@ impl Config {
                 "must be a number between 0 and 1",
             ));
         }
-        if !(self.name_boost.is_finite() && (0.0..=10.0).contains(&self.name_boost)) {
-            return Err(config_error(
-                "CAIRN_NAME_BOOST",
-                "must be a number between 0 and 10",
-            ));
+        for (key, value) in [
+            ("CAIRN_NAME_BOOST", self.name_boost),
+            ("CAIRN_TIME_BOOST", self.time_boost),
+        ] {
+            if !(value.is_finite() && (0.0..=10.0).contains(&value)) {
+                return Err(config_error(key, "must be a number between 0 and 10"));
+            }
         }
         for (key, value) in [
             ("CAIRN_RECENCY_WEIGHT", self.recency_weight),

@@ -246,6 +246,7 @@ pub fn build_cairn(config: &Config, store: Arc<dyn MemoryStore>) -> anyhow::Resu
         knn_weight: config.knn_weight,
         episode_context_weight: config.episode_context_weight,
         name_boost: config.name_boost,
+        time_boost: config.time_boost,
         candidates_per_leg: config.candidates_per_leg,
         knn_candidates: Some(config.knn_candidates.min(config.candidates_per_leg)),
         priors: cairn_app::Priors {

@@ -271,6 +271,12 @@ const ROWS: &[Row] = &[
         default: Default::Code,
     },
     Row {
+        names: r#"`CAIRN_TIME_BOOST`"#,
+        keys: &["time_boost"],
+        meaning: r#"how much a hit gains when what it tells of happened in the time a query names ("in June", "on May 3, 2023", "in 2023", "last week", "three days ago"; a month or day without its year is that month or day of any year): its fused score is multiplied by `1 + boost`, over every candidate before the cut; an episode's time is when it was said, a fact's when it holds; `0` turns it off"#,
+        default: Default::Code,
+    },
+    Row {
         names: r#"`CAIRN_RECENCY_WEIGHT`, `CAIRN_RECENCY_HALF_LIFE_DAYS`, `CAIRN_USAGE_WEIGHT`, `CAIRN_CONFIDENCE_WEIGHT`"#,
         keys: &[
             "recency_weight",

@@ -903,6 +903,10 @@ pub struct ExplanationResponse {
     /// The multiplier for naming the people, places and things the query names by
     /// their capitalised names (1 when the hit names none of them).
     pub name_boost: f64,
+    /// The multiplier for happening in the time the query asks about ("in June", "on
+    /// May 3, 2023", "last week"): 1 when the query names no time or the hit's event
+    /// time is elsewhere.
+    pub time_boost: f64,
     /// The reranker's score, when a reranker rescored this hit.
     pub rerank_score: Option<f64>,
     /// The id of a newer current fact that holds the same single-valued slot (home,
@@ -920,6 +924,7 @@ fn explanation(explanation: &Explanation) -> ExplanationResponse {
         fused_score: explanation.fused_score,
         prior: explanation.prior,
         name_boost: explanation.name_boost,
+        time_boost: explanation.time_boost,
         rerank_score: explanation.rerank_score,
         possibly_outdated_by: explanation.possibly_outdated_by.clone(),
     }

@@ -1207,6 +1207,72 @@ async fn a_query_that_names_someone_prefers_the_memories_that_name_them() {
     );
 }
 
+/// A query that names a time ("in June") prefers what happened then: an episode said in
+/// June outranks one that matches the words better but was said in September, and
+/// `explain` shows the multiplier; with the boost off, the better match leads.
+#[actix_web::test]
+async fn a_query_that_names_a_time_prefers_what_happened_then() {
+    let said = [
+        (
+            "2025-09-20T10:00:00Z",
+            "I went hiking again, a long hiking day up in the hills",
+        ),
+        ("2025-06-14T10:00:00Z", "I went hiking by the lake with my sister"),
+        ("2025-03-02T10:00:00Z", "I bought new walking boots"),
+    ];
+    let ask =
+        json!({ "query": "Where did I go hiking in June?", "tiers": ["episodic"], "explain": true, "k": 3 });
+    let mut orders = Vec::new();
+    for boost in [0.0, 2.0] {
+        let harness = harness_with(|config| config.time_boost = boost).await;
+        let service = &harness.service;
+        let owner = token("acme", ALL);
+        for (at, text) in said {
+            let message = json!({ "role": "user", "content": text, "timestamp": at });
+            let (status, body, _) = call(
+                service,
+                Method::POST,
+                "/v1/users/u1/episodes",
+                Some(&owner),
+                Some(json!({ "messages": [message], "consolidate": "none" })),
+            )
+            .await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+        let (status, body, _) = call(
+            service,
+            Method::POST,
+            "/v1/users/u1/recall",
+            Some(&owner),
+            Some(ask.clone()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let hits = body["hits"].as_array().cloned().unwrap_or_default();
+        assert!(hits.len() >= 2, "{body}");
+        for hit in &hits {
+            let in_june = hit["text"].as_str().unwrap_or_default().contains("lake");
+            let expected = if in_june { 1.0 + boost } else { 1.0 };
+            assert_eq!(hit["explain"]["time_boost"], expected, "{hit}");
+        }
+        orders.push(
+            hits.iter()
+                .map(|hit| hit["text"].as_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(
+        orders[0][0], said[0].1,
+        "without the boost, the better match leads: {:?}",
+        orders[0]
+    );
+    assert_eq!(
+        orders[1][0], said[1].1,
+        "with it, what was said in June leads: {:?}",
+        orders[1]
+    );
+}
+
 #[actix_web::test]
 async fn recall_list_inputs_are_capped_and_deduplicated() {
     let harness = harness_with(|_| ()).await;

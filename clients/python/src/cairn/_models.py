@@ -119,6 +119,7 @@ class Explanation:
     fused_score: float
     prior: float
     name_boost: float = 1.0
+    time_boost: float = 1.0
     bm25_rank: Optional[int] = None
     bm25_score: Optional[float] = None
     knn_rank: Optional[int] = None
