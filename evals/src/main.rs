@@ -432,13 +432,14 @@ async fn run(data: PathBuf, models: PathBuf, options: Options) -> anyhow::Result
     let on = |store: &Arc<dyn MemoryStore>, settings: Settings| {
         Cairn::new(Arc::clone(store), Some(embedder.clone()), settings)
     };
-    // The rows that compare legs and fusions run without the name boost, which the
-    // default rows add.
+    // The rows that compare legs and fusions run without the name and time boosts,
+    // which the default rows add.
     let weighted = |fusion: Fusion, bm25_weight: f64, knn_weight: f64| Settings {
         fusion,
         bm25_weight,
         knn_weight,
         name_boost: 0.0,
+        time_boost: 0.0,
         ..base.clone()
     };
     let pipeline_with = |fusion: Fusion, bm25_weight: f64, knn_weight: f64| {
