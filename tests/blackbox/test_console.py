@@ -183,6 +183,10 @@ def test_console_end_to_end(backend_server, browser):
     assert rows[0].get_attribute("data-hit") == lisbon["id"]
     headers = browser.find_element(By.CSS_SELECTOR, "#recall-results thead").text
     assert "BM25 rank" in headers and "kNN rank" in headers and "fused" in headers
+    # The boosts are shown as multipliers: the query names no one and no time.
+    assert "names" in headers and "time" in headers, headers
+    boosts = [cell.text for cell in rows[0].find_elements(By.CSS_SELECTOR, "td.name-boost, td.time-boost")]
+    assert boosts == ["1.00", "1.00"], boosts
     if screenshots:
         shot(browser, "recall")
 

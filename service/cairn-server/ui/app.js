@@ -480,12 +480,14 @@ function recall(user) {
       const answer = await api("POST", `${userPath(user)}/recall`, body);
       const fixed = (value, digits = 3) => (value === null || value === undefined ? "—" : Number(value).toFixed(digits));
       results.replaceChildren(answer.hits.length
-        ? table(["#", "tier", "memory", "status", "score", "BM25 rank", "BM25", "kNN rank", "cosine", "fused", "prior", "rerank"],
+        ? table(["#", "tier", "memory", "status", "score", "BM25 rank", "BM25", "kNN rank", "cosine", "fused", "prior", "names", "time", "rerank"],
           answer.hits.map((hit, index) => h("tr", { "data-hit": hit.id },
             h("td", {}, index + 1), h("td", {}, hit.tier), h("td", { class: "text" }, hit.text), h("td", {}, status(hit.status)),
             h("td", {}, fixed(hit.score)), h("td", {}, hit.explain?.bm25_rank ?? "—"), h("td", {}, fixed(hit.explain?.bm25_score)),
             h("td", {}, hit.explain?.knn_rank ?? "—"), h("td", {}, fixed(hit.explain?.knn_similarity)),
             h("td", {}, fixed(hit.explain?.fused_score)), h("td", {}, fixed(hit.explain?.prior)),
+            h("td", { class: "name-boost" }, fixed(hit.explain?.name_boost, 2)),
+            h("td", { class: "time-boost" }, fixed(hit.explain?.time_boost, 2)),
             h("td", {}, fixed(hit.explain?.rerank_score)))))
         : h("p", { class: "muted" }, "No memories."));
     } catch (error) {
