@@ -577,7 +577,7 @@ fn name_multiplier(boost: f64, names: &[String], text: &str) -> f64 {
 fn event_time(memory: &Memory) -> Option<DateTime<Utc>> {
     match memory {
         Memory::Episode(episode) => Some(episode.occurred_at),
-        Memory::Fact(fact) => Some(fact.valid_from.unwrap_or(fact.created_at)),
+        Memory::Fact(fact) => Some(stated_at(fact)),
         Memory::Playbook(_) => None,
     }
 }

@@ -132,10 +132,10 @@ fn cluster_access(config: &Config) -> anyhow::Result<Access> {
 pub fn prepare_cluster(store: ClusterStore, cairn: Cairn) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let space = cairn.embedding_space();
+        let claiming = space
+            .as_ref()
+            .map(|(model, dimension)| (model.as_str(), *dimension));
         loop {
-            let claiming = space
-                .as_ref()
-                .map(|(model, dimension)| (model.as_str(), *dimension));
             match store.bootstrap_claiming(claiming).await {
                 Ok(report) => {
                     tracing::info!(
