@@ -1,13 +1,15 @@
 //! The time a question asks about, from the words that say it: "in June", "on May 3,
-//! 2023", "in October 2023", "in 2022", "last week", "yesterday", "three days ago".
+//! 2023", "between August 11 and August 15, 2023", "in 2022", "summer 2021", "last
+//! week", "yesterday", "three days ago".
 //!
-//! A date with its year, a year, and a time counted back from now are periods
-//! ([`When::Between`]); a month or a day without its year is that month or day of any
-//! year ([`When::Recurring`]), since the question does not say which. Recall prefers the
-//! memories whose event time falls in it (see `cairn_app::Settings::time_boost`); a
-//! question that names no time, or only words that are not a time ("may" and "march"
-//! in lower case, a month alone outside "in June" and the like, which may be a name),
-//! has none.
+//! A date, a range of dates, a month or a season with its year, a year, and a time
+//! counted back are periods ([`When::Between`]); a month or a day without its year is
+//! that month or day of any year ([`When::Recurring`]), and a season without its year
+//! those months of any year ([`When::Season`]), since the question does not say which.
+//! Recall prefers the memories whose event time falls in it (see
+//! `cairn_app::Settings::time_boost`); a question that names no time, or only words
+//! that are not a time ("may" and "march" in lower case, a month alone outside "in
+//! June" and the like, which may be a name), has none.
 
 use chrono::{DateTime, Datelike, Duration, Months, NaiveDate, TimeZone, Utc};
 

@@ -273,7 +273,7 @@ const ROWS: &[Row] = &[
     Row {
         names: r#"`CAIRN_TIME_BOOST`"#,
         keys: &["time_boost"],
-        meaning: r#"how much a hit gains when what it tells of happened in the time a query names ("in June", "on May 3, 2023", "between August 11 and 15, 2023", "in 2023", "summer 2021", "last week", "three days ago"; a month, day or season without its year is that month, day or season of any year): its fused score is multiplied by `1 + boost`, over every candidate before the cut; an episode's time is when it was said, a fact's when it holds; `0` turns it off"#,
+        meaning: r#"how much a hit gains when what it tells of happened in the time a query names ("in June", "on May 3, 2023", "between August 11 and August 15, 2023", "in 2023", "summer 2021", "last week", "three days ago"; a month, day or season without its year is that month, day or season of any year): its fused score is multiplied by `1 + boost`, over every candidate before the cut; an episode's time is when it was said, a fact's when it holds; `0` turns it off"#,
         default: Default::Code,
     },
     Row {
